@@ -1,0 +1,1 @@
+"""rlguard guard package."""

@@ -1,0 +1,1 @@
+"""Alembic migrations: the only way rlguard's schema is created (SQLite and PostgreSQL)."""

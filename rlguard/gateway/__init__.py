@@ -1,0 +1,1 @@
+"""HTTP gateway: composes guard, sandbox and store behind the v1 API."""

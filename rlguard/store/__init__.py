@@ -1,0 +1,1 @@
+"""Trajectory store: SQLAlchemy models and data access (schema via Alembic migrations)."""

@@ -1,0 +1,1 @@
+"""rlguard rollout package."""
