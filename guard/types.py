@@ -79,3 +79,45 @@ class GuardDecision:
     verdict: Verdict
     normalized: str
     decoy: ToolAnswer | None = None
+
+
+@dataclass(frozen=True)
+class Command:
+    """One simple command found anywhere in a call, after unwrapping: ``program`` is a bare name."""
+
+    program: str
+    argv: tuple[str, ...] = ()
+    source: str = "bash"  # where it was found: "bash", "bash -c", "eval", "base64", "python -c", ...
+
+
+@dataclass(frozen=True)
+class NormalizedCall:
+    """What a call really does, independent of its spelling; ``text`` is stable (logs, judge cache)."""
+
+    tool: str
+    text: str
+    commands: tuple[Command, ...] = ()
+    paths: tuple[str, ...] = ()
+    code: tuple[str, ...] = ()
+    parse_error: str | None = None
+
+
+@dataclass(frozen=True)
+class RuleMatch:
+    """A stage-1 hit: which rule, its category, and what it asks for (decoy, escalate, flag)."""
+
+    rule_id: str
+    category: str
+    action: str  # "decoy" | "escalate" | "flag"
+    description: str
+    command: Command | None = None
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    """Stage 1's answer: the normalised call and its first match by severity (None: allowed)."""
+
+    normalized: NormalizedCall
+    match: RuleMatch | None
+    latency_us: float = 0.0

@@ -12,7 +12,10 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from guard.settings import GuardSettings
+from rlguard.gateway.settings import GatewaySettings
+from rollout.settings import RolloutSettings
 from sandbox.settings import SandboxSettings
+from trainer.settings import TrainerSettings
 
 
 def _default_state_dir() -> Path:
@@ -31,6 +34,9 @@ class Settings(BaseSettings):
     docker_host: str | None = Field(None, description="Docker engine URL; default: DOCKER_HOST or socket")
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     guard: GuardSettings = Field(default_factory=GuardSettings)
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
+    rollout: RolloutSettings = Field(default_factory=RolloutSettings)
+    trainer: TrainerSettings = Field(default_factory=TrainerSettings)
 
     @property
     def resolved_database_url(self) -> str:
