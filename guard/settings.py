@@ -34,6 +34,14 @@ class JudgeSettings(BaseModel):
         "closed", description="closed: decoy when the judge is down; open: allow and flag"
     )
     context_turns: int = Field(4, ge=0, description="Trajectory turns shown to the judge")
+    backoff_s: float = Field(0.25, ge=0, description="First retry delay; doubles on each retry")
+    max_tokens: int = Field(256, gt=0, description="Cap on the judge's answer length")
+    min_confidence: float = Field(
+        0.5, ge=0, le=1, description="A cheat verdict below this confidence is flagged, not decoyed"
+    )
+    max_prompt_chars: int = Field(
+        12000, gt=0, description="Cap on the prompt size (long calls and turns are cut in the middle)"
+    )
 
 
 class GuardSettings(BaseModel):
