@@ -3,6 +3,15 @@
 from pydantic import BaseModel, Field
 
 
+class PolicyServerSettings(BaseModel):
+    """``rlguard policy serve``: where it listens and the limits it enforces on each request."""
+
+    host: str = Field("127.0.0.1", description="Listen address (loopback by default)")
+    port: int = Field(8000, gt=0, lt=65536)
+    max_tokens_limit: int = Field(4096, gt=0, description="Largest max_tokens a request may ask for")
+    max_prompt_tokens: int = Field(16384, gt=0, description="Longest prompt accepted (400 beyond)")
+
+
 class RolloutSettings(BaseModel):
     """How episodes are run against a policy."""
 
@@ -11,4 +20,10 @@ class RolloutSettings(BaseModel):
     concurrency: int = Field(8, gt=0, description="Episodes run at once")
     max_turns: int = Field(30, gt=0)
     max_tokens: int = Field(16384, gt=0, description="Total generated tokens per episode")
+    max_tokens_per_turn: int = Field(512, gt=0, description="max_tokens of each generation")
     context_budget_tokens: int = Field(4096, gt=0, description="Compaction starts past this context")
+    keep_recent_turns: int = Field(2, ge=0, description="Turns kept verbatim after a compaction")
+    episode_timeout_s: float = Field(900.0, gt=0, description="Wall-clock budget of one episode")
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    policy: PolicyServerSettings = Field(default_factory=PolicyServerSettings)

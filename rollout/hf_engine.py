@@ -1,0 +1,148 @@
+"""A HF transformers causal LM that generates token by token with a KV cache, and scores sequences.
+
+Used by ``rlguard policy serve`` (generation) and by the scripted policy (teacher-forced scoring of
+scripted turns). Logprobs are the model's raw log-softmax (temperature 1, before top-p), as vLLM
+returns by default: the trainer recomputes logprobs the same way, so the two can be compared.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+
+def _cache_arg_name() -> str:
+    """transformers renamed ``past_key_values`` to ``cache``; accept both releases."""
+    import inspect
+
+    from transformers import Qwen2ForCausalLM
+
+    return "cache" if "cache" in inspect.signature(Qwen2ForCausalLM.forward).parameters else "past_key_values"
+
+
+_CACHE_ARG = _cache_arg_name()
+
+
+def _cache_of(output) -> object:
+    return getattr(output, "cache", None) or output.past_key_values
+
+
+@dataclass(frozen=True)
+class EngineOutput:
+    token_ids: list[int]
+    logprobs: list[float]
+    top_logprobs: list[dict[int, float]] | None
+    finish_reason: str  # "stop" | "length"
+
+
+class HFEngine:
+    """One model on one device; callers serialise access (the server holds a lock)."""
+
+    def __init__(self, model_path: Path | str, device: str = "cpu") -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError("--device cuda asked for, but torch sees no CUDA device")
+        self.device = torch.device(device)
+        self._load_lock = threading.Lock()
+        self.model_path = Path(model_path)
+        self.tokenizer, self.model = self._load(self.model_path)
+
+    def _load(self, path: Path):  # -> (tokenizer, model)
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if not (path / "config.json").is_file():
+            raise ValueError(f"{path} is not a HF model directory (no config.json)")
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
+        return tokenizer, model
+
+    @property
+    def max_model_len(self) -> int:
+        return int(getattr(self.model.config, "max_position_embeddings", 4096))
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        eos = self.model.generation_config.eos_token_id
+        if eos is None:
+            eos = self.tokenizer.eos_token_id
+        return [eos] if isinstance(eos, int) else list(eos or [])
+
+    def reload(self, path: Path | str) -> None:
+        """Swap in new weights (and tokenizer) from a HF directory; the old model stays on failure."""
+        path = Path(path)
+        tokenizer, model = self._load(path)
+        if len(tokenizer) != len(self.tokenizer):
+            raise ValueError(f"{path} has a different vocabulary ({len(tokenizer)} vs {len(self.tokenizer)})")
+        with self._load_lock:
+            self.tokenizer, self.model, self.model_path = tokenizer, model, path
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        prompt_ids: list[int],
+        max_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop_token_ids: list[int] | None = None,
+        stop: list[str] | None = None,
+        top_logprobs: int = 0,
+    ) -> EngineOutput:
+        """Sample up to ``max_tokens``; stop tokens are kept in the output (as vLLM does for EOS)."""
+        stops = set(self.eos_token_ids) | set(stop_token_ids or [])
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(seed if seed is not None else int.from_bytes(os.urandom(6), "little"))
+        out = self.model(input_ids=torch.tensor([prompt_ids], device=self.device), use_cache=True)
+        cache, logits = _cache_of(out), out.logits[0, -1]
+        ids: list[int] = []
+        logprobs: list[float] = []
+        tops: list[dict[int, float]] = []
+        finish = "length"
+        for _ in range(max_tokens):
+            logp = torch.log_softmax(logits.float(), dim=-1)
+            token = self._sample(logits.float(), temperature, top_p, generator)
+            ids.append(token)
+            logprobs.append(float(logp[token]))
+            if top_logprobs:
+                values, indices = torch.topk(logp, top_logprobs)
+                tops.append({int(i): float(v) for i, v in zip(indices, values, strict=True)})
+            if token in stops or (stop and self._hits_stop(ids, stop)):
+                finish = "stop"
+                break
+            step = torch.tensor([[token]], device=self.device)
+            out = self.model(input_ids=step, use_cache=True, **{_CACHE_ARG: cache})
+            cache, logits = _cache_of(out), out.logits[0, -1]
+        return EngineOutput(ids, logprobs, tops if top_logprobs else None, finish)
+
+    @staticmethod
+    def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator) -> int:
+        if temperature <= 0:
+            return int(torch.argmax(logits))
+        probs = torch.softmax(logits / temperature, dim=-1)
+        if top_p < 1.0:
+            sorted_probs, order = torch.sort(probs, descending=True)
+            keep = torch.cumsum(sorted_probs, dim=-1) - sorted_probs < top_p
+            sorted_probs = sorted_probs * keep
+            choice = torch.multinomial(sorted_probs / sorted_probs.sum(), 1, generator=generator)
+            return int(order[choice])
+        return int(torch.multinomial(probs, 1, generator=generator))
+
+    def _hits_stop(self, ids: list[int], stop: list[str]) -> bool:
+        tail = self.tokenizer.decode(ids[-32:], skip_special_tokens=False)
+        return any(s in tail for s in stop)
+
+    @torch.inference_mode()
+    def score(self, prompt_ids: list[int], target_ids: list[int]) -> list[float]:
+        """Logprob of each target token given the prompt and the targets before it (teacher forcing)."""
+        if not prompt_ids:
+            raise ValueError("scoring needs a non-empty prompt")
+        ids = torch.tensor([prompt_ids + target_ids], device=self.device)
+        logits = self.model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()
+        logp = torch.log_softmax(logits, dim=-1)
+        targets = torch.tensor(target_ids, device=self.device)
+        return logp.gather(-1, targets[:, None])[:, 0].tolist()
