@@ -1,0 +1,174 @@
+"""The runner's side of the gateway's v1 HTTP API (DESIGN.md "Gateway HTTP API").
+
+Retries follow what is safe to repeat: creating an episode, finishing, reading and uploading retry
+on any transport error; a tool call retries only when the request surely never reached the gateway
+(connection refused or connect timeout) or was refused with 429/503, because repeating a call that
+ran (``rm``, ``git commit``) would change the episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from rollout.policy import RetryPolicy
+
+MAX_ERROR_CHARS = 2000
+
+
+class GatewayError(Exception):
+    """The gateway refused or failed a request the episode cannot go on without."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class EpisodeHandle:
+    episode_id: str
+    agent_token: str
+    tools: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a tool call returned: the gateway's answer, or a 4xx the model is shown as an error."""
+
+    output: str
+    exit_code: int
+    truncated: bool
+    rejected: bool = False  # the gateway answered 4xx (bad arguments, unknown tool, too large)
+    seconds: float = 0.0
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:MAX_ERROR_CHARS]
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return body["message"][:MAX_ERROR_CHARS]
+    detail = body.get("detail", body) if isinstance(body, dict) else body
+    if isinstance(detail, list):  # FastAPI validation errors
+        parts = []
+        for err in detail:
+            if isinstance(err, dict):
+                loc = ".".join(str(p) for p in err.get("loc", [])[1:])
+                parts.append(f"{loc}: {err.get('msg', '')}" if loc else str(err.get("msg", "")))
+        detail = "; ".join(parts)
+    return str(detail)[:MAX_ERROR_CHARS]
+
+
+class GatewayClient:
+    """One pooled HTTP client for many concurrent episodes."""
+
+    def __init__(
+        self,
+        base_url: str,
+        admin_token: str,
+        timeout_s: float = 600.0,
+        retry: RetryPolicy | None = None,
+        max_connections: int = 256,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._admin = {"Authorization": f"Bearer {admin_token}"}
+        self.retry = retry or RetryPolicy()
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._client = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s, limits=limits)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def __aenter__(self) -> GatewayClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _request(
+        self, method: str, path: str, *, headers: dict[str, str], json: Any = None, idempotent: bool = True
+    ) -> httpx.Response:
+        last: Exception | None = None
+        for attempt in range(self.retry.attempts):
+            try:
+                response = await self._client.request(method, path, headers=headers, json=json)
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+                last = exc
+            except httpx.TransportError as exc:
+                if not idempotent:
+                    raise GatewayError(
+                        f"{method} {path}: {exc!r} (not retried: the call may have run)"
+                    ) from exc
+                last = exc
+            else:
+                if response.status_code in (429, 503) or (idempotent and response.status_code >= 500):
+                    last = GatewayError(f"{method} {path}: {response.status_code} {_detail(response)}")
+                else:
+                    return response
+            if attempt + 1 < self.retry.attempts:
+                await asyncio.sleep(self.retry.delay(attempt))
+        raise GatewayError(f"{method} {path} failed after {self.retry.attempts} attempts: {last}")
+
+    @staticmethod
+    def _ok(response: httpx.Response, what: str) -> Any:
+        if response.status_code >= 400:
+            raise GatewayError(f"{what}: {response.status_code} {_detail(response)}", response.status_code)
+        return response.json()
+
+    async def tools(self) -> list[dict[str, Any]]:
+        return self._ok(await self._request("GET", "/v1/tools", headers=self._admin), "list tools")
+
+    async def create_episode(self, task: str, policy_version: str | None = None) -> EpisodeHandle:
+        payload: dict[str, Any] = {"task": task}
+        if policy_version is not None:
+            payload["policy_version"] = policy_version
+        body = self._ok(
+            await self._request("POST", "/v1/episodes", headers=self._admin, json=payload),
+            f"create an episode of {task}",
+        )
+        return EpisodeHandle(body["episode_id"], body["agent_token"], list(body.get("tools") or []))
+
+    async def call(self, episode: EpisodeHandle, tool: str, arguments: dict[str, Any]) -> ToolResult:
+        """One tool call; 4xx input errors come back as a rejected result for the model to read."""
+        headers = {"Authorization": f"Bearer {episode.agent_token}"}
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        response = await self._request(
+            "POST",
+            f"/v1/episodes/{episode.episode_id}/calls",
+            headers=headers,
+            json={"tool": tool, "arguments": arguments},
+            idempotent=False,
+        )
+        seconds = loop.time() - started
+        if response.status_code in (400, 413, 422):
+            return ToolResult(f"Error: {_detail(response)}", 2, False, rejected=True, seconds=seconds)
+        body = self._ok(response, f"tool call {tool}")
+        return ToolResult(
+            body["output"], int(body["exit_code"]), bool(body.get("truncated")), seconds=seconds
+        )
+
+    async def finish(self, episode: EpisodeHandle) -> tuple[float, dict[str, Any]]:
+        headers = {"Authorization": f"Bearer {episode.agent_token}"}
+        body = self._ok(
+            await self._request("POST", f"/v1/episodes/{episode.episode_id}/finish", headers=headers),
+            "finish the episode",
+        )
+        return float(body["reward"]), dict(body.get("details") or {})
+
+    async def upload_subtrajectory(self, episode_id: str, record: dict[str, Any]) -> None:
+        self._ok(
+            await self._request(
+                "POST", f"/v1/episodes/{episode_id}/subtrajectories", headers=self._admin, json=record
+            ),
+            f"upload sub-trajectory {record.get('index')}",
+        )
+
+    async def episode(self, episode_id: str) -> dict[str, Any]:
+        return self._ok(
+            await self._request("GET", f"/v1/episodes/{episode_id}", headers=self._admin), "episode"
+        )
