@@ -1,0 +1,156 @@
+"""The trajectory store's tables as SQLAlchemy 2 typed models.
+
+Column names are a contract: the trainer reads ``sub_trajectories`` and marks rows consumed, the
+audit reads ``tool_calls``. The schema itself is created only by the Alembic migrations in
+``migrations/``; these models must match them (a test compares the two).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from rlguard.store.types import UTCDateTime
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class EpisodeStatus(StrEnum):
+    RUNNING = "running"
+    FINISHED = "finished"
+    TIMED_OUT = "timed_out"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UTCDateTime(),
+        dict[str, Any]: JSON,
+        bytes: LargeBinary,
+    }
+
+
+class TaskRow(Base):
+    """A task an episode ran: ``id`` is ``<suite>/<task_id>``; a snapshot, the suite files stay the truth."""
+
+    __tablename__ = "tasks"
+
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    suite: Mapped[str] = mapped_column(String(100))
+    instructions: Mapped[str] = mapped_column(Text, default="")
+    image: Mapped[str] = mapped_column(String(300), default="")
+    details: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class EpisodeRow(Base):
+    """One agent episode: its task, the policy that ran it, how it ended and its reward."""
+
+    __tablename__ = "episodes"
+    __table_args__ = (UniqueConstraint("agent_token_hash", name="uq_episodes_agent_token_hash"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id"), index=True)
+    policy_version: Mapped[str | None] = mapped_column(String(200), index=True)
+    status: Mapped[str] = mapped_column(String(16), index=True, default=EpisodeStatus.RUNNING)
+    reward: Mapped[float | None] = mapped_column(Float)
+    agent_token_hash: Mapped[str] = mapped_column(String(64))
+    sandbox_id: Mapped[str | None] = mapped_column(String(100))
+    num_calls: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_activity_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column()
+    details: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+    tool_calls: Mapped[list[ToolCallRow]] = relationship(
+        back_populates="episode", order_by="ToolCallRow.seq", lazy="raise"
+    )
+    sub_trajectories: Mapped[list[SubTrajectoryRow]] = relationship(
+        back_populates="episode", order_by="SubTrajectoryRow.index", lazy="raise"
+    )
+
+
+class SubTrajectoryRow(Base):
+    """One sub-trajectory (a new one starts at each compaction), token-level, binary-packed.
+
+    ``token_ids`` int32 LE, ``action_mask`` uint8, ``logprobs`` float32 LE (see ``store.codec``);
+    ``consumed_at``/``consumed_by_step`` are set by the trainer when it trains on the row.
+    """
+
+    __tablename__ = "sub_trajectories"
+    __table_args__ = (
+        UniqueConstraint("episode_id", "index", name="uq_sub_trajectories_episode_index"),
+        Index("ix_sub_trajectories_unconsumed", "consumed_at", "trainable"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    episode_id: Mapped[str] = mapped_column(ForeignKey("episodes.id"), index=True)
+    index: Mapped[int] = mapped_column(Integer)
+    num_tokens: Mapped[int] = mapped_column(Integer)
+    token_ids: Mapped[bytes] = mapped_column()
+    action_mask: Mapped[bytes] = mapped_column()
+    logprobs: Mapped[bytes] = mapped_column()
+    policy_version: Mapped[str | None] = mapped_column(String(200))
+    trainable: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    consumed_at: Mapped[datetime | None] = mapped_column()
+    consumed_by_step: Mapped[int | None] = mapped_column(Integer)
+
+    episode: Mapped[EpisodeRow] = relationship(back_populates="sub_trajectories", lazy="raise")
+
+
+class ToolCallRow(Base):
+    """One tool call with its guard verdict and the exact answer the agent got (real or decoy)."""
+
+    __tablename__ = "tool_calls"
+    __table_args__ = (
+        UniqueConstraint("episode_id", "seq", name="uq_tool_calls_episode_seq"),
+        Index("ix_tool_calls_action_created", "action", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    episode_id: Mapped[str] = mapped_column(ForeignKey("episodes.id"), index=True)
+    seq: Mapped[int] = mapped_column(Integer)
+    tool: Mapped[str] = mapped_column(String(32))
+    arguments: Mapped[dict[str, Any]] = mapped_column()
+    normalized: Mapped[str] = mapped_column(Text, default="")
+    action: Mapped[str] = mapped_column(String(16))
+    stage: Mapped[str | None] = mapped_column(String(16))
+    rule_id: Mapped[str | None] = mapped_column(String(200))
+    category: Mapped[str | None] = mapped_column(String(64), index=True)
+    confidence: Mapped[float | None] = mapped_column(Float)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    answer_output: Mapped[str] = mapped_column(Text)
+    answer_exit_code: Mapped[int] = mapped_column(Integer)
+    answer_truncated: Mapped[bool] = mapped_column(Boolean)
+    was_decoy: Mapped[bool] = mapped_column(Boolean, index=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    timed_out: Mapped[bool] = mapped_column(Boolean, default=False)
+    guard_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    exec_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    total_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+
+    episode: Mapped[EpisodeRow] = relationship(back_populates="tool_calls", lazy="raise")
+
+    @property
+    def intercepted(self) -> bool:
+        return self.action != "allow"
