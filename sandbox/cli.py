@@ -1,7 +1,156 @@
-"""Command-line sub-commands of this package (registered into ``rlguard.cli``)."""
+"""``rlguard sandbox ...`` and ``rlguard bench sandbox`` (registered into ``rlguard.cli``)."""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
+from rlguard.errors import RlguardError
+
+if TYPE_CHECKING:
+    import docker
+
+    from sandbox.settings import SandboxLimits
+
+
+def engine_client() -> docker.DockerClient:
+    """A docker SDK client for the configured engine, or one clear error when none answers."""
+    import docker
+
+    from rlguard.settings import get_settings
+    from sandbox.docker_backend import resolve_docker_host
+
+    url = resolve_docker_host(get_settings().docker_host)
+    try:
+        client = docker.DockerClient(base_url=url, version="auto")
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise RlguardError(
+            f"no Docker engine answers at {url} ({exc}); run scripts/ensure_docker.sh"
+        ) from exc
+    return client
+
+
+def limits_with(memory: str | None, timeout: float | None) -> SandboxLimits:
+    """The configured limits with command-line overrides, validated into one clear error."""
+    from pydantic import ValidationError
+
+    from rlguard.settings import get_settings
+    from sandbox.settings import SandboxLimits
+
+    overrides: dict[str, object] = {}
+    if memory is not None:
+        overrides["memory"] = memory
+    if timeout is not None:
+        overrides["exec_timeout_s"] = timeout
+    try:
+        return SandboxLimits.model_validate({**get_settings().sandbox.limits.model_dump(), **overrides})
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'limits'}: {e['msg']}" for e in exc.errors())
+        raise RlguardError(f"bad sandbox limits: {problems}") from None
+
+
+async def _exec_once(argv: list[str], image: str, limits: SandboxLimits, workspace: Path | None) -> int:
+    from rlguard.settings import get_settings
+    from sandbox.base import SandboxError, SandboxSpec
+    from sandbox.docker_backend import DockerBackend
+
+    try:
+        backend = DockerBackend.from_settings(get_settings())
+    except SandboxError as exc:
+        raise RlguardError(str(exc)) from None
+    try:
+        sandbox = await backend.create(SandboxSpec(image=image, limits=limits, workspace=workspace))
+        result = await sandbox.exec(shlex.join(argv))
+    except SandboxError as exc:
+        raise RlguardError(str(exc)) from None
+    finally:
+        await backend.close()
+    sys.stdout.write(result.output)
+    if result.output and not result.output.endswith("\n"):
+        sys.stdout.write("\n")
+    sys.stdout.flush()
+    return result.exit_code
+
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:
-    """Add this package's commands to the root app and its benchmark to ``rlguard bench``."""
+    """Add ``rlguard sandbox`` and ``rlguard bench sandbox``."""
+    sandbox_app = typer.Typer(help="Hardened Docker sandboxes.", no_args_is_help=True)
+    image_app = typer.Typer(help="The sandbox image rlguard/sandbox-python:<version>.", no_args_is_help=True)
+    sandbox_app.add_typer(image_app, name="image")
+    app.add_typer(sandbox_app, name="sandbox")
+
+    @sandbox_app.command("exec")
+    def exec_command(
+        command: list[str] = typer.Argument(..., help="Program and arguments (after --); no shell is added"),
+        image: str = typer.Option("", "--image", help="Image (default: the configured sandbox image)"),
+        timeout: float | None = typer.Option(None, "--timeout", help="Seconds before the command is killed"),
+        memory: str | None = typer.Option(None, "--memory", help="Memory limit, e.g. 512m, 2g"),
+        workspace: Path | None = typer.Option(None, "--workspace", help="Directory copied into /workspace"),
+    ) -> None:
+        """Run CMD in a fresh hardened sandbox, print its merged output, exit with its exit code."""
+        from rlguard.settings import get_settings
+        from sandbox.image import default_image
+
+        limits = limits_with(memory, timeout)
+        if workspace is not None and not workspace.is_dir():
+            raise RlguardError(f"--workspace {workspace} is not a directory")
+        chosen = image or get_settings().sandbox.image or default_image()
+        raise typer.Exit(asyncio.run(_exec_once(command, chosen, limits, workspace)))
+
+    @sandbox_app.command("gc")
+    def gc_command() -> None:
+        """Remove this instance's sandbox containers whose owning process is gone."""
+        from rlguard.settings import get_settings
+        from sandbox.base import SandboxError
+        from sandbox.docker_backend import DockerBackend
+
+        async def run() -> int:
+            backend = DockerBackend.from_settings(get_settings())
+            try:
+                return await backend.gc()
+            finally:
+                await backend.close()
+
+        try:
+            removed = asyncio.run(run())
+        except SandboxError as exc:
+            raise RlguardError(str(exc)) from None
+        typer.echo(f"removed {removed} orphaned sandbox container(s)")
+
+    @image_app.command("ensure")
+    def image_ensure() -> None:
+        """Build the sandbox image unless it is already present (fast when it is)."""
+        from rlguard.settings import get_settings
+        from sandbox.image import ensure_image
+
+        typer.echo(ensure_image(engine_client(), mode=get_settings().sandbox.image_build))
+
+    @image_app.command("build")
+    def image_build(
+        offline: bool = typer.Option(False, "--offline", help="debootstrap from the host's apt mirror"),
+        dockerfile: bool = typer.Option(False, "--dockerfile", help="docker build (needs a registry)"),
+    ) -> None:
+        """(Re)build the sandbox image; by default offline unless a registry is usable."""
+        from sandbox.image import build_image
+
+        if offline and dockerfile:
+            raise RlguardError("choose one of --offline and --dockerfile")
+        mode = "offline" if offline else "dockerfile" if dockerfile else "auto"
+        typer.echo(build_image(engine_client(), mode=mode))
+
+    @bench.command("sandbox")
+    def bench_sandbox(
+        as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table"),
+        samples: int = typer.Option(200, "--samples", min=20, help="Exec round trips measured"),
+        concurrent: int = typer.Option(32, "--concurrent", min=1, help="Sandboxes held at once"),
+    ) -> None:
+        """Cold start, warm acquire, exec round trip vs docker exec, concurrent sandboxes."""
+        from sandbox.bench import print_report, run_bench
+
+        print_report(asyncio.run(run_bench(samples=samples, concurrent=concurrent)), as_json)

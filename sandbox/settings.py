@@ -1,30 +1,81 @@
 """Sandbox limits and engine settings.
 
 A plain pydantic model (no environment reading here): the top-level ``rlguard.settings.Settings``
-embeds it, so ``RLGUARD_SANDBOX__MEMORY=1g`` overrides a field, and a task may override any limit.
+embeds it, so ``RLGUARD_SANDBOX__LIMITS__MEMORY=2g`` overrides a field, and a task may override any
+limit. Sizes are Docker-style strings (``512m``, ``1g``); they are checked here so a bad limit is one
+clear error before any container starts.
 """
 
-from pydantic import BaseModel, Field
+import re
+from typing import Literal
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+_UNIT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes in a Docker-style size (``"512m"`` -> 536870912); ``ValueError`` when malformed."""
+    match = _SIZE.match(str(text))
+    if not match:
+        raise ValueError(f"not a size: {text!r} (use e.g. 512m, 1g)")
+    return int(float(match.group(1)) * _UNIT[match.group(2).lower()])
 
 
 class SandboxLimits(BaseModel):
     """Resource limits for one sandbox container; every field may be overridden per task."""
 
     memory: str = Field("1g", description="Memory limit (swap is set equal: no swap use)")
-    cpus: float = Field(1.0, gt=0, description="CPU quota in cores")
-    pids: int = Field(256, gt=0, description="Maximum processes/threads in the container")
-    workspace_size: str = Field("512m", description="tmpfs size cap of /workspace")
-    tmp_size: str = Field("256m", description="tmpfs size cap of /tmp")
-    nofile: int = Field(1024, gt=0, description="Open-file ulimit")
+    cpus: float = Field(1.0, gt=0, le=256, description="CPU quota in cores")
+    pids: int = Field(256, ge=16, description="Maximum processes/threads in the container")
+    workspace_size: str = Field("512m", description="tmpfs size cap of /workspace (counts against memory)")
+    tmp_size: str = Field("128m", description="tmpfs size cap of /tmp (counts against memory)")
+    nofile: int = Field(1024, ge=64, description="Open-file ulimit")
     fsize_bytes: int = Field(256 * 1024 * 1024, gt=0, description="Largest file a process may write")
-    exec_timeout_s: float = Field(60.0, gt=0, description="Default command timeout")
-    output_cap_bytes: int = Field(64 * 1024, gt=0, description="Output kept per call (head and tail)")
+    exec_timeout_s: float = Field(60.0, gt=0, le=86400, description="Default command timeout")
+    output_cap_bytes: int = Field(64 * 1024, ge=1024, le=64 * 1024 * 1024, description="Output kept per call")
+    transfer_max_bytes: int = Field(
+        64 * 1024 * 1024, ge=1024, description="Largest workspace archive or file moved in or out"
+    )
+
+    @field_validator("memory", "workspace_size", "tmp_size")
+    @classmethod
+    def _check_size(cls, value: str) -> str:
+        if parse_size(value) < 1 << 20:
+            raise ValueError(f"size {value!r} is below 1m")
+        return value
+
+    @model_validator(mode="after")
+    def _tmpfs_fits_in_memory(self) -> "SandboxLimits":
+        # tmpfs pages are charged to the container's memory cgroup: full disks must leave room to run.
+        tmpfs = parse_size(self.workspace_size) + parse_size(self.tmp_size)
+        memory = parse_size(self.memory)
+        if tmpfs + (64 << 20) > memory:
+            raise ValueError(
+                f"workspace_size + tmp_size ({tmpfs >> 20} MiB) must stay 64 MiB below memory "
+                f"({memory >> 20} MiB): tmpfs pages count against the memory limit"
+            )
+        return self
+
+    @property
+    def memory_bytes(self) -> int:
+        """The memory limit in bytes."""
+        return parse_size(self.memory)
 
 
 class SandboxSettings(BaseModel):
     """Which image, how many warm sandboxes, and the default limits."""
 
     image: str = Field("", description="Sandbox image; empty means rlguard/sandbox-python:<version>")
-    warm_pool_size: int = Field(4, ge=0, description="Pre-started sandboxes kept per (image, limits)")
+    warm_pool_size: int = Field(4, ge=0, le=256, description="Pre-started sandboxes kept per (image, limits)")
     gc_interval_s: float = Field(60.0, gt=0, description="How often orphaned containers are removed")
+    seccomp: Literal["auto", "engine", "rlguard"] = Field(
+        "auto",
+        description="auto: the engine's default profile when it is in force, else rlguard's own profile",
+    )
+    engine_concurrency: int = Field(16, ge=1, le=256, description="Docker API calls in flight at once")
+    image_build: Literal["auto", "dockerfile", "offline"] = Field(
+        "auto", description="How a missing rlguard image is built"
+    )
     limits: SandboxLimits = Field(default_factory=SandboxLimits)

@@ -29,3 +29,6 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 fi
 
 bash scripts/ensure_docker.sh
+
+# The sandbox image (built offline with debootstrap when no registry is usable; fast when present).
+.venv/bin/rlguard sandbox image ensure

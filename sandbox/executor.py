@@ -1,0 +1,400 @@
+"""The in-sandbox command runner: JSON requests on stdin, JSON answers on stdout, one per line.
+
+The host starts it once per sandbox with ``docker exec`` (its source passed on the command line, so
+the image needs nothing but the interpreter) and keeps the exec's attach stream open: no socket file
+exists that the agent could swap, and no listening port exists at all. Standard library only.
+
+It runs as the agent's user, so the agent can kill or trace it: the host treats every answer as
+untrusted (sizes capped, JSON validated, its own deadline) and restarts it when it dies. It names
+itself ``rlguard-exec`` and ignores SIGTERM/SIGINT/SIGHUP so a casual ``pkill`` leaves it alone.
+
+Per command: a new session (``setsid``), stdout and stderr on one pipe (order kept), output kept as
+head + tail within the cap while streaming, and on timeout the whole process group, session and
+descendant tree is SIGKILLed and the answer is exit code 124.
+"""
+
+import base64
+import fcntl
+import json
+import os
+import select
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+WORKSPACE = "/workspace"
+SHELL = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+READ_CHUNK = 1 << 20
+F_SETPIPE_SZ = 1031
+DRAIN_AFTER_EXIT_S = 0.2
+MAX_LIST_ENTRIES = 10000
+
+
+class Refused(Exception):
+    """A request the runner will not carry out; ``kind`` tells the host which error to raise."""
+
+    def __init__(self, kind, message):
+        super().__init__(message)
+        self.kind = kind
+
+
+def name_self():
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, b"rlguard-exec", 0, 0, 0)  # PR_SET_NAME
+    except Exception:
+        pass
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: None)  # a handler, not SIG_IGN: children get the default back
+
+
+class Capture:
+    """Head and tail of a stream within ``cap`` bytes, however long the stream runs."""
+
+    def __init__(self, cap):
+        self.head_cap = cap // 2
+        self.tail_cap = cap - self.head_cap
+        self.head = bytearray()
+        self.tail = b""
+        self.total = 0
+
+    def add(self, data):
+        self.total += len(data)
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail = (self.tail + data[-self.tail_cap :])[-self.tail_cap :]
+
+    def text(self):
+        kept = len(self.head) + len(self.tail)
+        if self.total <= kept:
+            return (bytes(self.head) + self.tail).decode("utf-8", "replace"), False
+        marker = f"\n[... {self.total - kept} bytes truncated ...]\n"
+        return self.head.decode("utf-8", "replace") + marker + self.tail.decode("utf-8", "replace"), True
+
+
+def oom_kills():
+    for path, key in (
+        ("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill"),
+        ("/sys/fs/cgroup/memory.events", "oom_kill"),
+    ):
+        try:
+            with open(path) as handle:
+                for line in handle:
+                    name, _, value = line.partition(" ")
+                    if name == key:
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def process_table():
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                raw = handle.read().decode("ascii", "replace")
+        except OSError:
+            continue
+        fields = raw[raw.rfind(")") + 2 :].split()
+        table[int(name)] = (fields[0], int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]))
+    return table
+
+
+def kill_everything_from(leader):
+    """SIGKILL the command and all it started, until none is left.
+
+    That is its process group, its session, its descendants, and every process started since it
+    (a double fork with ``setsid`` leaves all three, but not the start-time rule). The runner runs
+    one command at a time, so a process younger than the command is the command's.
+    """
+    me = os.getpid()
+    born = process_table().get(leader, (None, 0, 0, 0, 0))[4]
+    for _ in range(50):
+        table = process_table()
+        children = {}
+        for pid, row in table.items():
+            children.setdefault(row[1], []).append(pid)
+        victims = {
+            pid for pid, row in table.items() if leader in (row[2], row[3]) or (born and row[4] >= born)
+        }
+        stack = [leader]
+        while stack:
+            for child in children.get(stack.pop(), ()):
+                victims.add(child)
+                stack.append(child)
+        victims.add(leader)
+        victims.discard(me)
+        alive = [pid for pid in victims if pid in table and table[pid][0] != "Z" and pid != 1]
+        if not alive:
+            return
+        try:
+            os.killpg(leader, signal.SIGKILL)
+        except OSError:
+            pass
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.005)
+
+
+def run_command(request):
+    command, timeout, cap = str(request["cmd"]), float(request["timeout"]), int(request["cap"])
+    started = time.monotonic()
+    deadline = started + timeout
+    oom_before = oom_kills()
+    read_fd, write_fd = os.pipe()
+    try:
+        fcntl.fcntl(read_fd, F_SETPIPE_SZ, READ_CHUNK)
+    except OSError:
+        pass
+    try:
+        proc = subprocess.Popen(
+            [SHELL, "-c", command],
+            stdin=subprocess.DEVNULL,
+            stdout=write_fd,
+            stderr=write_fd,
+            cwd=WORKSPACE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        os.close(read_fd)
+        return {"output": f"cannot start {SHELL}: {exc}", "exit_code": 127, "truncated": False}
+    finally:
+        os.close(write_fd)
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    poller = select.poll()
+    poller.register(read_fd, select.POLLIN)
+    if pidfd is not None:
+        poller.register(pidfd, select.POLLIN)
+    capture = Capture(cap)
+    exited_at = None
+    timed_out = eof = False
+    while not eof:
+        now = time.monotonic()
+        if exited_at is None and proc.poll() is not None:
+            exited_at = now
+        if now >= deadline:
+            timed_out = True
+            break
+        if exited_at is not None and now - exited_at >= DRAIN_AFTER_EXIT_S:
+            break  # the shell is gone but a background child still holds the pipe
+        wait = deadline - now
+        if exited_at is not None:
+            wait = min(wait, exited_at + DRAIN_AFTER_EXIT_S - now)
+        elif pidfd is None:
+            wait = min(wait, 0.05)
+        for fd, _ in poller.poll(max(1, int(wait * 1000) + 1)):
+            if fd == read_fd:
+                data = os.read(read_fd, READ_CHUNK)
+                if data:
+                    capture.add(data)
+                else:
+                    eof = True
+            elif fd == pidfd:
+                poller.unregister(pidfd)
+    if not eof:
+        kill_everything_from(proc.pid)
+    os.close(read_fd)
+    if pidfd is not None:
+        os.close(pidfd)
+    proc.wait()
+    output, truncated = capture.text()
+    exit_code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+    if timed_out:
+        exit_code = 124
+        output += (
+            f"\n[rlguard: command timed out after {timeout:g}s; it and its background processes were killed]"
+        )
+    else:
+        oom_after = oom_kills()
+        if oom_before is not None and oom_after is not None and oom_after > oom_before:
+            output += "\n[rlguard: a process was killed: the sandbox ran out of memory]"
+    return {
+        "output": output,
+        "exit_code": exit_code,
+        "truncated": truncated,
+        "timed_out": timed_out,
+        "duration_ms": (time.monotonic() - started) * 1000.0,
+    }
+
+
+def resolve(path):
+    """The real path of ``path``; refused unless it stays inside /workspace after symlinks."""
+    path = str(path)
+    if "\0" in path:
+        raise Refused("invalid", "path contains a NUL byte")
+    full = path if path.startswith("/") else os.path.join(WORKSPACE, path)
+    real = os.path.realpath(full)
+    if real != WORKSPACE and not real.startswith(WORKSPACE + "/"):
+        raise Refused("path_escape", f"path {path!r} leaves /workspace")
+    return real
+
+
+def open_regular(real, flags, mode=0o644):
+    try:
+        fd = os.open(real, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except FileNotFoundError:
+        raise Refused("not_found", f"no such file: {real}") from None
+    except IsADirectoryError:
+        raise Refused("invalid", f"is a directory: {real}") from None
+    except OSError as exc:
+        raise Refused("invalid", f"cannot open {real}: {exc.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise Refused("invalid", f"not a regular file: {real}")
+    return fd
+
+
+def read_file(request):
+    limit = int(request["max"])
+    fd = open_regular(resolve(request["path"]), os.O_RDONLY)
+    chunks, size = [], 0
+    try:
+        while size < limit:
+            data = os.read(fd, min(READ_CHUNK, limit - size))
+            if not data:
+                break
+            chunks.append(data)
+            size += len(data)
+    finally:
+        os.close(fd)
+    return {"data": base64.b64encode(b"".join(chunks)).decode("ascii")}
+
+
+def write_file(request):
+    real = resolve(request["path"])
+    if real == WORKSPACE:
+        raise Refused("invalid", "cannot write to the workspace directory itself")
+    resolve(os.path.dirname(real))
+    os.makedirs(os.path.dirname(real), exist_ok=True)
+    data = base64.b64decode(request["data"])
+    fd = open_regular(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+    return {}
+
+
+def list_dir(request):
+    real = resolve(request["path"])
+    entries = []
+    try:
+        with os.scandir(real) as scan:
+            for entry in scan:
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_ISLNK(info.st_mode):
+                    kind = "symlink"
+                elif stat.S_ISDIR(info.st_mode):
+                    kind = "dir"
+                elif stat.S_ISREG(info.st_mode):
+                    kind = "file"
+                else:
+                    kind = "other"
+                entries.append([entry.name, kind, info.st_size])
+                if len(entries) >= MAX_LIST_ENTRIES:
+                    break
+    except FileNotFoundError:
+        raise Refused("not_found", f"no such directory: {real}") from None
+    except NotADirectoryError:
+        raise Refused("invalid", f"not a directory: {real}") from None
+    entries.sort()
+    return {"entries": entries}
+
+
+def put_tar(request):
+    data = base64.b64decode(request["data"])
+    done = subprocess.run(
+        ["tar", "-x", "--no-same-owner", "--no-same-permissions", "-C", WORKSPACE, "-f", "-"],
+        input=data,
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise Refused(
+            "invalid", "workspace archive rejected: {}".format(done.stderr.decode("utf-8", "replace")[-2000:])
+        )
+    return {}
+
+
+def get_tar(request):
+    limit = int(request["max"])
+    proc = subprocess.Popen(
+        ["tar", "-c", "-C", WORKSPACE, "-f", "-", "."], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    chunks, size = [], 0
+    while True:
+        data = proc.stdout.read(READ_CHUNK)
+        if not data:
+            break
+        size += len(data)
+        if size > limit:
+            proc.kill()
+            proc.wait()
+            raise Refused("too_large", f"workspace archive exceeds {limit} bytes")
+        chunks.append(data)
+    if proc.wait() != 0:
+        raise Refused("error", "tar of the workspace failed")
+    return {"data": base64.b64encode(b"".join(chunks)).decode("ascii")}
+
+
+HANDLERS = {
+    "ping": lambda request: {"pid": os.getpid()},
+    "exec": run_command,
+    "read": read_file,
+    "write": write_file,
+    "list": list_dir,
+    "put_tar": put_tar,
+    "get_tar": get_tar,
+}
+
+
+def answer(line):
+    request_id = None
+    try:
+        request = json.loads(line)
+        request_id = request.get("id")
+        handler = HANDLERS.get(request.get("op"))
+        if handler is None:
+            raise Refused("invalid", "unknown op {!r}".format(request.get("op")))
+        reply = handler(request)
+        reply["ok"] = True
+    except Refused as exc:
+        reply = {"ok": False, "kind": exc.kind, "message": str(exc)}
+    except Exception as exc:
+        reply = {"ok": False, "kind": "error", "message": f"{type(exc).__name__}: {exc}"}
+    reply["id"] = request_id
+    return (json.dumps(reply) + "\n").encode("ascii")
+
+
+def main():
+    name_self()
+    stdin = sys.stdin.buffer
+    while True:
+        line = stdin.readline()
+        if not line:
+            return
+        view = memoryview(answer(line))
+        while view:
+            view = view[os.write(1, view) :]
+
+
+if __name__ == "__main__":
+    main()

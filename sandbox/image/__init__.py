@@ -1,0 +1,137 @@
+"""The sandbox image ``rlguard/sandbox-python:<version>``: find it, or build it one of two ways.
+
+Both builders produce the same contents that matter (python3, pytest, git, bash, coreutils, user
+``agent`` uid 1000, workdir ``/workspace``, no setuid binaries) because both run the shared
+``rootfs-setup.sh`` and install the same package list:
+
+- ``Dockerfile``: for hosts that can pull ``debian:bookworm-slim`` from a registry;
+- offline (``sandbox.image.offline``): ``debootstrap --variant=minbase`` from the Debian mirror the
+  host's apt sources already name, then ``docker import`` with user, workdir and environment set.
+
+The automatic choice never probes the internet (tests and set-up must not send traffic off the
+machine): the Dockerfile is used when its base image is already present locally or the engine has a
+registry mirror configured, otherwise the offline builder runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from rlguard import __version__
+from rlguard.errors import RlguardError
+
+if TYPE_CHECKING:
+    import docker
+
+IMAGE_REPOSITORY = "rlguard/sandbox-python"
+IMAGE_DIR = Path(__file__).resolve().parent
+DOCKERFILE_BASE = "debian:bookworm-slim"
+#: Installed by both builders; ``tests/sandbox`` checks the Dockerfile names the same list.
+PACKAGES = (
+    "python3",
+    "python3-pytest",
+    "git",
+    "bash",
+    "coreutils",
+    "procps",
+    "tar",
+    "findutils",
+    "grep",
+    "sed",
+    "diffutils",
+)
+#: Image configuration shared by both builders (``docker import --change`` lines offline).
+IMAGE_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/tmp",
+    "LANG": "C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+IMAGE_USER = "agent"
+IMAGE_WORKDIR = "/workspace"
+
+BuildMode = Literal["auto", "dockerfile", "offline"]
+
+
+def default_image() -> str:
+    """The image sandboxes use unless a setting or a task names another."""
+    return f"{IMAGE_REPOSITORY}:{__version__}"
+
+
+def _log(message: str) -> None:
+    print(f"rlguard: {message}", file=sys.stderr, flush=True)
+
+
+def image_exists(client: docker.DockerClient, image: str) -> bool:
+    """Whether the engine already holds ``image`` (no pull is attempted)."""
+    import docker.errors
+
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def ensure_image(
+    client: docker.DockerClient,
+    image: str | None = None,
+    mode: BuildMode = "auto",
+    log: Callable[[str], None] = _log,
+) -> str:
+    """Make sure ``image`` (default: :func:`default_image`) exists, building it if it is ours.
+
+    A foreign image that is missing is an error: rlguard never pulls implicitly.
+    """
+    image = image or default_image()
+    if image_exists(client, image):
+        return image
+    if image != default_image():
+        raise RlguardError(
+            f"sandbox image {image!r} is not present in the Docker engine; pull or build it first"
+        )
+    build_image(client, mode=mode, log=log)
+    return image
+
+
+def _registry_usable(client: docker.DockerClient) -> bool:
+    """True when a Dockerfile build can get its base image without probing the internet."""
+    if image_exists(client, DOCKERFILE_BASE):
+        return True
+    mirrors = (client.info().get("RegistryConfig") or {}).get("Mirrors") or []
+    return bool(mirrors)
+
+
+def build_image(
+    client: docker.DockerClient, mode: BuildMode = "auto", log: Callable[[str], None] = _log
+) -> str:
+    """Build :func:`default_image` with the Dockerfile or offline; return its tag."""
+    tag = default_image()
+    if mode == "auto":
+        mode = "dockerfile" if _registry_usable(client) else "offline"
+    if mode == "dockerfile":
+        log(f"building {tag} from {IMAGE_DIR / 'Dockerfile'} ...")
+        _build_dockerfile(client, tag)
+    else:
+        from sandbox.image.offline import build_offline
+
+        log(f"building {tag} offline (debootstrap from this host's apt mirror) ...")
+        build_offline(client, tag, log=log)
+    log(f"image {tag} is ready")
+    return tag
+
+
+def _build_dockerfile(client: docker.DockerClient, tag: str) -> None:
+    import docker.errors
+
+    try:
+        client.images.build(
+            path=str(IMAGE_DIR), tag=tag, rm=True, buildargs={"RLGUARD_VERSION": __version__}, pull=False
+        )
+    except (docker.errors.BuildError, docker.errors.APIError) as exc:
+        raise RlguardError(
+            f"Dockerfile build of {tag} failed: {exc}; try `rlguard sandbox image build --offline`"
+        ) from exc

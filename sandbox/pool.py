@@ -1,0 +1,111 @@
+"""Warm pool: pre-started sandboxes per (image, limits), so an episode does not wait for a container.
+
+A pooled container is started with its runner already up and an empty /workspace; acquiring one
+only copies the episode's workspace in. A sandbox handed out is the episode's alone and is destroyed
+afterwards, never returned: nothing one episode leaves behind can reach the next. Docker labels
+cannot change after creation, so a pooled container's ``rlguard.episode`` label is empty (and
+``rlguard.pooled=1``); the episode id lives on the ``Sandbox`` object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from dataclasses import replace
+
+from sandbox.base import SandboxSpec
+from sandbox.docker_backend import DockerBackend, DockerSandbox, workspace_archive
+
+PoolKey = tuple[str, str]
+
+
+def pool_key(spec: SandboxSpec) -> PoolKey:
+    """Sandboxes are interchangeable when image and every limit are equal."""
+    return spec.image, spec.limits.model_dump_json()
+
+
+class WarmPool:
+    """Keeps ``size`` started sandboxes per (image, limits) seen; refills in the background."""
+
+    def __init__(self, backend: DockerBackend, size: int) -> None:
+        self.backend = backend
+        self.size = size
+        self._ready: dict[PoolKey, deque[DockerSandbox]] = {}
+        self._refills: dict[PoolKey, asyncio.Task] = {}
+        self._closed = False
+
+    async def start(self, spec: SandboxSpec | None = None) -> None:
+        """Remove orphans of crashed owners, then fill the pool for ``spec`` (default image/limits)."""
+        await self.backend.gc()
+        if spec is None:
+            spec = SandboxSpec(image=self.backend.default_image, limits=self.backend.settings.limits)
+        await self._refill(pool_key(spec), spec)
+
+    async def acquire(self, spec: SandboxSpec) -> DockerSandbox:
+        """A sandbox for ``spec``: a warm one with the workspace copied in, else a cold start."""
+        if self._closed:
+            raise RuntimeError("pool is closed")
+        key = pool_key(spec)
+        ready = self._ready.setdefault(key, deque())
+        sandbox = ready.popleft() if ready else None
+        self._schedule_refill(key, spec)
+        if sandbox is None:
+            return await self.backend.create(spec)
+        sandbox.spec = spec
+        try:
+            archive = spec.workspace
+            if not isinstance(archive, bytes):
+                archive = await asyncio.to_thread(workspace_archive, archive, spec.limits.transfer_max_bytes)
+            if archive:
+                await self.backend.load_archive(sandbox, archive)
+        except BaseException:
+            await sandbox.destroy()
+            raise
+        return sandbox
+
+    def ready_count(self, spec: SandboxSpec) -> int:
+        """How many warm sandboxes wait for ``spec``'s image and limits."""
+        return len(self._ready.get(pool_key(spec), ()))
+
+    def _schedule_refill(self, key: PoolKey, spec: SandboxSpec) -> None:
+        task = self._refills.get(key)
+        if self.size > 0 and (task is None or task.done()):
+            self._refills[key] = asyncio.get_running_loop().create_task(self._refill(key, spec))
+
+    async def _refill(self, key: PoolKey, spec: SandboxSpec) -> None:
+        template = replace(spec, workspace=None, episode_id=None)
+        ready = self._ready.setdefault(key, deque())
+        missing = self.size - len(ready)
+        if missing <= 0 or self._closed:
+            return
+        started = await asyncio.gather(
+            *(self._start_one(template) for _ in range(missing)), return_exceptions=True
+        )
+        for sandbox in started:
+            if isinstance(sandbox, DockerSandbox):
+                if self._closed:
+                    await sandbox.destroy()
+                else:
+                    ready.append(sandbox)
+
+    async def _start_one(self, template: SandboxSpec) -> DockerSandbox:
+        sandbox = await self.backend.start_container(template, pooled=True)
+        try:
+            await sandbox.exec("true", timeout_s=60)  # bring the runner up now
+        except BaseException:
+            await sandbox.destroy()
+            raise
+        return sandbox
+
+    async def close(self) -> None:
+        """Stop refilling and destroy every sandbox still waiting in the pool."""
+        self._closed = True
+        for task in self._refills.values():
+            task.cancel()
+        for task in self._refills.values():
+            with contextlib.suppress(BaseException):
+                await task
+        waiting = [sandbox for ready in self._ready.values() for sandbox in ready]
+        self._ready.clear()
+        await asyncio.gather(*(sandbox.destroy() for sandbox in waiting), return_exceptions=True)

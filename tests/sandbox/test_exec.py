@@ -1,0 +1,83 @@
+"""Commands through the fast path: merged output, exit codes, timeouts, output caps, zombies."""
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from sandbox.docker_backend import DockerSandbox
+
+pytestmark = pytest.mark.docker
+
+
+async def test_stdout_and_stderr_are_merged_in_order(shared: DockerSandbox) -> None:
+    result = await shared.exec("echo one; echo two >&2; echo three; echo four >&2")
+    assert result.output == "one\ntwo\nthree\nfour\n"
+    assert result.exit_code == 0 and not result.truncated and not result.timed_out
+
+
+async def test_exit_code_and_signal_death_are_reported(shared: DockerSandbox) -> None:
+    assert (await shared.exec("exit 7")).exit_code == 7
+    assert (await shared.exec("kill -9 $$")).exit_code == 137
+
+
+async def test_commands_run_as_agent_in_workspace(shared: DockerSandbox) -> None:
+    result = await shared.exec("id -u; id -g; pwd; echo $HOME")
+    assert result.output.split() == ["1000", "1000", "/workspace", "/tmp"]
+
+
+async def test_timeout_kills_command_and_background_children(shared: DockerSandbox) -> None:
+    started = time.monotonic()
+    result = await shared.exec(
+        "sleep 300 & (setsid sleep 301 &) ; sh -c 'sleep 302' & echo started; sleep 303", timeout_s=1
+    )
+    assert time.monotonic() - started < 6
+    assert result.exit_code == 124 and result.timed_out
+    assert result.output.startswith("started\n") and "timed out" in result.output
+    survivors = await shared.exec("ps -eo args | grep -E '^sleep 30[0-3]' || true")
+    assert survivors.output == ""
+
+
+async def test_output_flood_comes_back_capped_in_bounded_time(shared: DockerSandbox) -> None:
+    cap = shared.limits.output_cap_bytes
+    started = time.monotonic()
+    result = await shared.exec("yes | head -c 1G; echo END", timeout_s=60)
+    elapsed = time.monotonic() - started
+    assert result.exit_code == 0 and result.truncated
+    assert len(result.output.encode()) <= cap + 200
+    assert result.output.startswith("y\ny\n") and result.output.endswith("y\nEND\n")
+    assert "bytes truncated" in result.output
+    assert elapsed < 45, f"1 GiB flood took {elapsed:.1f}s"
+
+
+async def test_flood_does_not_grow_host_memory(shared: DockerSandbox) -> None:
+    def rss_kib() -> int:
+        for line in Path(f"/proc/{os.getpid()}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
+    before = rss_kib()
+    result = await shared.exec("head -c 300M /dev/zero | tr '\\0' 'x'", timeout_s=60)
+    assert result.truncated
+    assert rss_kib() - before < 64 * 1024, "host memory grew by more than 64 MiB for a 300 MiB flood"
+
+
+async def test_zombies_are_reaped(shared: DockerSandbox) -> None:
+    # The orphaned children exit while their parent is gone: init (PID 1) must reap them.
+    await shared.exec("for i in $(seq 20); do (sleep 0.1 &) ; done")
+    await asyncio.sleep(0.5)
+    zombies = await shared.exec("ps -eo stat= | grep -c '^Z' || true")
+    assert zombies.output.strip() == "0"
+
+
+async def test_command_quoting_is_passed_through_unchanged(shared: DockerSandbox) -> None:
+    result = await shared.exec("printf '%s|' \"a b\" 'c\"d' $'e\\tf'")
+    assert result.output == 'a b|c"d|e\tf|'
+
+
+async def test_non_utf8_output_is_replaced_not_fatal(shared: DockerSandbox) -> None:
+    result = await shared.exec("printf 'ok\\xff\\xfe\\n'")
+    assert result.output.startswith("ok") and result.exit_code == 0
