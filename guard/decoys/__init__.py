@@ -1,0 +1,146 @@
+"""Decoys: plausible, useless answers for intercepted calls; nothing the agent asked for runs.
+
+The sandbox they describe is consistent: protected paths do not exist, the network is down, git
+holds only the checked-out history and no remotes, and writes that would weaken grading succeed.
+Each program answers in its own wording and exit code; no fixed marker ever appears. The same call
+in the same episode always gets the same answer (randomness is seeded by episode and call).
+
+Some answers are better taken from the sandbox than invented. ``probe_command`` names a harmless
+command whose real output the decoy needs (the narrowed twin of a history command, or
+``command -v PROG`` to learn whether a program is installed); the pipeline runs it through the
+gateway's probe hook when one is given and passes its answer to ``make_decoy``. Without a probe the
+decoy falls back to an invented answer (history commands print nothing).
+
+The wording of the gateway's own tools comes from ``guard.decoys.wording``, which the gateway also
+uses for its real answers, so a decoy ``read_file`` error is spelled like a real one.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from guard.decoys.files import missing_path_decoy
+from guard.decoys.git import git_decoy, history_probe
+from guard.decoys.network import BY_PROGRAM as NETWORK_PROGRAMS
+from guard.decoys.network import network_decoy
+from guard.decoys.shell import command_not_found, seeded_rng
+from guard.decoys.tampering import CONTAINER_CLIS, escape_decoy, tamper_decoy
+from guard.decoys.wording import (
+    edit_success_answer,
+    edit_success_message,
+    file_not_found_answer,
+    file_not_found_message,
+    write_success_answer,
+    write_success_message,
+)
+from guard.paths import ProtectedPaths
+from guard.settings import DEFAULT_PROTECTED_PATHS
+from guard.types import Category, Command, GuardContext, RuleResult, ToolAnswer, ToolCall
+
+__all__ = [
+    "edit_success_answer",
+    "edit_success_message",
+    "file_not_found_answer",
+    "file_not_found_message",
+    "make_decoy",
+    "probe_command",
+    "write_success_answer",
+    "write_success_message",
+]
+
+# Programs a sandbox image may lack: a probe asks ``command -v`` before the decoy speaks for them.
+MAYBE_ABSENT = frozenset(NETWORK_PROGRAMS) | CONTAINER_CLIS | {"python", "python3"}
+
+
+def _culprit(result: RuleResult) -> Command | None:
+    """The command the rule fired on, else the first one of the call."""
+    if result.match is not None and result.match.command is not None:
+        return result.match.command
+    commands = result.normalized.commands
+    return commands[0] if commands else None
+
+
+def probe_command(call: ToolCall, result: RuleResult) -> str | None:
+    """A harmless command whose real answer makes this call's decoy truer, or None."""
+    if call.tool != "bash" or result.match is None:
+        return None
+    command = _culprit(result)
+    if command is None:
+        return None
+    if command.program == "git":
+        return history_probe(command)
+    if command.program in MAYBE_ABSENT:
+        return f"command -v {shlex.quote(command.program)}"
+    return None
+
+
+def make_decoy(
+    call: ToolCall,
+    result: RuleResult,
+    context: GuardContext,
+    *,
+    probe: ToolAnswer | None = None,
+    protected_paths: Sequence[str] | None = None,
+    now: datetime | None = None,
+) -> ToolAnswer:
+    """The answer the agent sees instead of running ``call``.
+
+    ``probe`` is the real answer to ``probe_command(call, result)`` when the pipeline could run it;
+    ``protected_paths`` defaults to the built-in list plus the context's; ``now`` stamps programs
+    that print the time (wget).
+    """
+    patterns = protected_paths if protected_paths is not None else DEFAULT_PROTECTED_PATHS
+    protected = ProtectedPaths([*patterns, *context.protected_paths])
+    match = result.match
+    category = match.category if match is not None else ""
+    path = str(call.arguments.get("path", ""))
+    if call.tool in ("read_file", "list_dir"):
+        return file_not_found_answer(call.tool, path or (match.path if match and match.path else "."))
+    if call.tool == "write_file":
+        return write_success_answer(path, str(call.arguments.get("content", "")))
+    if call.tool == "edit_file":
+        if category == Category.HIDDEN_TEST_ACCESS:
+            return file_not_found_answer(call.tool, path)
+        return edit_success_answer(path)
+    if call.tool != "bash":
+        return ToolAnswer("", 0)
+    return _bash_decoy(result, context, probe, protected, now or datetime.now(UTC))
+
+
+def _bash_decoy(
+    result: RuleResult,
+    context: GuardContext,
+    probe: ToolAnswer | None,
+    protected: ProtectedPaths,
+    now: datetime,
+) -> ToolAnswer:
+    match = result.match
+    category = match.category if match is not None else ""
+    hint = match.path if match is not None else None
+    command = _culprit(result)
+    if command is None:
+        return ToolAnswer("", 1)
+    program = command.program
+    installed = None if probe is None or program == "git" else probe.exit_code == 0
+    if installed is False:
+        return command_not_found(program)
+    rng = seeded_rng(context.episode_id, result.normalized.text)
+
+    def is_protected(p: str) -> bool:
+        return protected.match(p) is not None or p == hint
+
+    if category in (Category.TEST_TAMPERING, Category.GRADER_TAMPERING):
+        return tamper_decoy(command)
+    if program == "git":
+        return git_decoy(command, probe)
+    if category == Category.SANDBOX_ESCAPE and program not in NETWORK_PROGRAMS:
+        return escape_decoy(command, hint, installed)
+    if category == Category.ANSWER_FETCH or program in NETWORK_PROGRAMS:
+        return network_decoy(command, result.normalized, rng, now)
+    if category == Category.GIT_HISTORY_LEAK:
+        return missing_path_decoy(command, lambda p: is_protected(p) or ".git/" in p, hint)
+    if category == Category.HIDDEN_TEST_ACCESS or any(is_protected(a) for a in command.argv[1:]):
+        return missing_path_decoy(command, is_protected, hint)
+    return ToolAnswer("", 1)

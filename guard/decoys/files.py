@@ -1,0 +1,136 @@
+"""Decoys for reading, listing and searching protected paths: they do not exist in this sandbox.
+
+Each program says so in its own words and exit code (GNU coreutils, grep, findutils, ripgrep, as
+installed in the Debian sandbox image). A search over a tree that holds a protected path finds
+nothing there; a protected start directory is reported missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from guard.decoys.shell import args_of, has_flag, positionals
+from guard.types import Command, ToolAnswer
+
+ENOENT = "No such file or directory"
+
+# program -> (format of one missing-file line, exit code)
+_READERS: dict[str, tuple[str, int]] = {
+    "cat": ("cat: {p}: " + ENOENT, 1),
+    "tac": ("tac: failed to open '{p}' for reading: " + ENOENT, 1),
+    "nl": ("nl: {p}: " + ENOENT, 1),
+    "wc": ("wc: {p}: " + ENOENT, 1),
+    "od": ("od: {p}: " + ENOENT, 1),
+    "base64": ("base64: {p}: " + ENOENT, 1),
+    "md5sum": ("md5sum: {p}: " + ENOENT, 1),
+    "sha1sum": ("sha1sum: {p}: " + ENOENT, 1),
+    "sha256sum": ("sha256sum: {p}: " + ENOENT, 1),
+    "sort": ("sort: cannot read: {p}: " + ENOENT, 2),
+    "uniq": ("uniq: {p}: " + ENOENT, 1),
+    "cut": ("cut: {p}: " + ENOENT, 1),
+    "diff": ("diff: {p}: " + ENOENT, 2),
+    "head": ("head: cannot open '{p}' for reading: " + ENOENT, 1),
+    "tail": ("tail: cannot open '{p}' for reading: " + ENOENT, 1),
+    "less": ("{p}: " + ENOENT, 1),
+    "more": ("more: cannot open {p}: " + ENOENT, 1),
+    "sed": ("sed: can't read {p}: " + ENOENT, 2),
+    "awk": ('awk: cannot open "{p}" (' + ENOENT + ")", 2),
+    "mawk": ('mawk: cannot open "{p}" (' + ENOENT + ")", 2),
+    "gawk": ("gawk: fatal: cannot open file `{p}' for reading: " + ENOENT, 2),
+    "xxd": ("xxd: {p}: " + ENOENT, 2),
+    "strings": ("strings: '{p}': No such file", 1),
+    "file": ("{p}: cannot open `{p}' (" + ENOENT + ")", 0),
+    "ls": ("ls: cannot access '{p}': " + ENOENT, 2),
+    "dir": ("dir: cannot access '{p}': " + ENOENT, 2),
+    "tree": ("{p}  [error opening dir]\n\n0 directories, 0 files", 0),
+    "stat": ("stat: cannot statx '{p}': " + ENOENT, 1),
+    "du": ("du: cannot access '{p}': " + ENOENT, 1),
+    "cp": ("cp: cannot stat '{p}': " + ENOENT, 1),
+    "mv": ("mv: cannot stat '{p}': " + ENOENT, 1),
+    "ln": ("ln: failed to access '{p}': " + ENOENT, 1),
+    "realpath": ("realpath: {p}: " + ENOENT, 1),
+    "readlink": ("", 1),
+    "cd": ("bash: line 1: cd: {p}: " + ENOENT, 1),
+    "source": ("bash: line 1: {p}: " + ENOENT, 1),
+    ".": ("bash: line 1: {p}: " + ENOENT, 1),
+    "vim": ("", 0),
+    "zip": (
+        "\tzip warning: name not matched: {p}\n\nzip error: Nothing to do! (try: zip -r x.zip . -i {p})",
+        12,
+    ),
+    "unzip": (
+        "unzip:  cannot find or open {p}, {p}.zip or {p}.ZIP.",
+        9,
+    ),
+}
+
+
+def _missing(args: list[str], is_protected: Callable[[str], bool]) -> list[str]:
+    return [a for a in args if not a.startswith("-") and is_protected(a)]
+
+
+def _python_open(command: Command, path: str) -> ToolAnswer:
+    pos = positionals(args_of(command))
+    origin = "<string>" if "-c" in args_of(command) or not pos else pos[0]
+    return ToolAnswer(
+        f'Traceback (most recent call last):\n  File "{origin}", line 1, in <module>\n'
+        f"FileNotFoundError: [Errno 2] {ENOENT}: '{path}'",
+        1,
+    )
+
+
+def _search(command: Command, args: list[str], is_protected: Callable[[str], bool]) -> ToolAnswer:
+    """grep / rg / find / fd over a tree: protected start paths are missing, elsewhere nothing matches."""
+    program = command.program
+    if program in ("find",):
+        starts = []
+        for arg in args:
+            if arg.startswith(("-", "(", "!")):
+                break
+            starts.append(arg)
+        missing = [s for s in starts if is_protected(s)]
+        return ToolAnswer("\n".join(f"find: '{p}': {ENOENT}" for p in missing), 1 if missing else 0)
+    pos = positionals(args, frozenset({"-e", "-f", "-m", "-A", "-B", "-C", "-g", "--glob", "-t", "--type"}))
+    targets = pos[1:] if program in ("grep", "egrep", "fgrep", "rg", "ag", "ack", "git") else pos
+    missing = [t for t in targets if is_protected(t)]
+    if program == "rg":
+        lines = [f"rg: {p}: {ENOENT} (os error 2)" for p in missing]
+    elif program in ("fd", "fdfind"):
+        lines = [f"[fd error]: Search path '{p}' is not a directory." for p in missing]
+    else:
+        quiet = has_flag(args, "s", "--no-messages")
+        lines = [] if quiet else [f"{program}: {p}: {ENOENT}" for p in missing]
+    return ToolAnswer("\n".join(lines), 2 if missing else 1)
+
+
+SEARCHERS = frozenset(
+    {"grep", "egrep", "fgrep", "rg", "ag", "ack", "find", "fd", "fdfind", "locate", "mlocate"}
+)
+
+
+def missing_path_decoy(
+    command: Command, is_protected: Callable[[str], bool], hint: str | None = None
+) -> ToolAnswer:
+    """What ``command`` prints when the protected paths it names do not exist."""
+    program = command.program
+    args = args_of(command)
+    if program in ("locate", "mlocate"):
+        return ToolAnswer("", 1)
+    if program in SEARCHERS:
+        return _search(command, args, is_protected)
+    missing = _missing(args, is_protected) or ([hint] if hint else [])
+    if program.startswith("python"):
+        return _python_open(command, missing[0] if missing else (hint or "."))
+    if program == "tar":
+        lines = []
+        for path in missing:
+            if path.startswith("/"):
+                lines.append("tar: Removing leading `/' from member names")
+            lines.append(f"tar: {path}: Cannot stat: {ENOENT}")
+        lines.append("tar: Exiting with failure status due to previous errors")
+        return ToolAnswer("\n".join(dict.fromkeys(lines)), 2)
+    fmt, code_ = _READERS.get(program, ("{prog}: {p}: " + ENOENT, 1))
+    if not missing:
+        return ToolAnswer("", code_)
+    text = "\n".join(fmt.format(p=p, prog=program) for p in missing)
+    return ToolAnswer(text, code_)

@@ -1,0 +1,159 @@
+"""Decoys for git: the repository has only its checked-out history and no remotes.
+
+History commands that would reach beyond the base (``log --all``, ``rev-list --branches``,
+``branch -a``, ``for-each-ref``) are answered by running a *narrowed* twin through the optional probe
+(the same command limited to ``HEAD`` / local branches), so the answer is the sandbox's real output
+for the history it is allowed to see. Without a probe, they print nothing (as in a repository that
+holds no other refs). Other refs are unknown revisions; remotes do not exist; network URLs do not
+resolve.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+
+from guard.decoys.shell import args_of, bare_host, host_of, positionals
+from guard.types import Command, ToolAnswer
+
+_GLOBAL_VALUE_OPTS = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace"})
+_WIDENING = frozenset(
+    {"--all", "--branches", "--remotes", "--tags", "--reflog", "--walk-reflogs", "-g", "--bisect"}
+    | {"--alternate-refs", "--indexed-objects", "--not", "--stdin", "--single-worktree"}
+)
+_WIDENING_PREFIXES = ("--branches=", "--remotes=", "--tags=", "--glob=", "--exclude=")
+_HISTORY = frozenset({"log", "rev-list", "shortlog", "whatchanged"})
+_NO_REMOTE = (
+    "fatal: '{remote}' does not appear to be a git repository\n"
+    "fatal: Could not read from remote repository.\n\n"
+    "Please make sure you have the correct access rights\nand the repository exists."
+)
+_HEADISH = ("HEAD", "@")
+
+
+def split_subcommand(command: Command) -> tuple[str, list[str]]:
+    """``git -C x --no-pager log --all`` -> ``("log", ["--all"])``."""
+    args = args_of(command)
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        i += 2 if args[i] in _GLOBAL_VALUE_OPTS else 1
+    if i >= len(args):
+        return "", []
+    return args[i], args[i + 1 :]
+
+
+def _ambiguous(ref: str) -> ToolAnswer:
+    return ToolAnswer(
+        f"fatal: ambiguous argument '{ref}': unknown revision or path not in the working tree.\n"
+        "Use '--' to separate paths from revisions, like this:\n"
+        "'git <command> [<revision>...] -- [<file>...]'",
+        128,
+    )
+
+
+def _unreachable(url: str) -> str:
+    if "://" not in url and bare_host(url):  # scp-like: git@github.com:owner/repo.git
+        return (
+            f"ssh: Could not resolve hostname {bare_host(url)}: Temporary failure in name resolution\n"
+            + _NO_REMOTE.split("\n", 1)[1]
+        )
+    return f"fatal: unable to access '{url.rstrip('/')}/': Could not resolve host: {host_of(url)}"
+
+
+def _is_url(arg: str) -> bool:
+    return "://" in arg or (bare_host(arg) is not None and ":" in arg and "@" in arg)
+
+
+def history_probe(command: Command) -> str | None:
+    """The narrowed twin of a history command, to run for real; None if there is nothing to narrow."""
+    sub, rest = split_subcommand(command)
+    if sub in _HISTORY and any(_widens(a) for a in rest):
+        before, sep, paths = _split_dashdash(rest)
+        argv = ["git", sub, *_options_only(before), "HEAD"]
+        if sep:
+            argv += ["--", *paths]
+        return shlex.join(argv)
+    if sub == "branch" and any(a in ("-a", "--all", "-r", "--remotes") for a in rest):
+        kept = [a for a in rest if a.startswith("-") and a not in ("-a", "--all", "-r", "--remotes")]
+        return shlex.join(["git", "branch", *kept])
+    if sub == "for-each-ref":
+        kept = [a for a in rest if a.startswith("--format") or a in ("--sort", "--count")]
+        return shlex.join(["git", "for-each-ref", *kept, "--points-at=HEAD", "refs/heads/"])
+    return None
+
+
+def _split_dashdash(args: list[str]) -> tuple[list[str], bool, list[str]]:
+    if "--" in args:
+        i = args.index("--")
+        return args[:i], True, args[i + 1 :]
+    return args, False, []
+
+
+def _widens(arg: str) -> bool:
+    return arg in _WIDENING or arg.startswith(_WIDENING_PREFIXES)
+
+
+_LOG_VALUE_OPTS = frozenset({"-n", "--max-count", "--format", "--pretty", "--skip", "--since", "--until"})
+
+
+def _options_only(args: list[str]) -> list[str]:
+    """Options that do not widen the history, with the values of separated ones (``-n 5``), in order;
+    positional revisions are dropped (the narrowed command shows ``HEAD`` only)."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("-") and not _widens(arg):
+            out.append(arg)
+            if arg in _LOG_VALUE_OPTS and i + 1 < len(args):
+                out.append(args[i + 1])
+                i += 1
+        i += 1
+    return out
+
+
+def git_decoy(command: Command, probe: ToolAnswer | None = None) -> ToolAnswer:
+    """What git answers in a sandbox with only the base history, no remotes and no network."""
+    sub, rest = split_subcommand(command)
+    pos = positionals(rest, frozenset({"-b", "--branch", "--depth", "-o", "--origin", "-c", "--config"}))
+    if history_probe(command) is not None:
+        if probe is not None:
+            return probe
+        return ToolAnswer("", 0)
+    if sub == "clone":
+        url = pos[0] if pos else "origin"
+        if not _is_url(url):
+            return ToolAnswer(f"fatal: repository '{url}' does not exist", 128)
+        target = pos[1] if len(pos) > 1 else posixpath.basename(url.rstrip("/")).removesuffix(".git")
+        return ToolAnswer(f"Cloning into '{target}'...\n{_unreachable(url)}", 128)
+    if sub in ("fetch", "pull", "ls-remote", "push"):
+        url = next((p for p in pos if _is_url(p)), None)
+        if url:
+            return ToolAnswer(_unreachable(url), 128)
+        if sub == "ls-remote":
+            return ToolAnswer("fatal: No remote configured to list refs from.", 128)
+        if sub == "fetch" and (not pos or "--all" in rest):
+            return ToolAnswer("", 0)
+        return ToolAnswer(_NO_REMOTE.format(remote=pos[0] if pos else "origin"), 128)
+    if sub == "remote":
+        if pos and pos[0] in ("show", "prune", "update") and len(pos) > 1:
+            return ToolAnswer(_NO_REMOTE.format(remote=pos[1]), 128)
+        if pos and pos[0] == "get-url" and len(pos) > 1:
+            return ToolAnswer(f"error: No such remote '{pos[1]}'", 2)
+        return ToolAnswer("", 0)
+    if sub in ("reflog", "tag", "stash"):
+        return ToolAnswer("", 0)
+    if sub in ("checkout", "switch"):
+        ref = pos[0] if pos else "HEAD"
+        if sub == "switch":
+            return ToolAnswer(f"fatal: invalid reference: {ref}", 128)
+        return ToolAnswer(f"error: pathspec '{ref}' did not match any file(s) known to git", 1)
+    if sub == "cat-file":
+        obj = pos[-1] if pos else "HEAD"
+        return ToolAnswer(f"fatal: Not a valid object name {obj}", 128)
+    ref = next((p for p in pos if not p.startswith(_HEADISH)), None)
+    if ref is not None and sub == "show" and ":" in ref:
+        return ToolAnswer(f"fatal: invalid object name '{ref.split(':', 1)[0]}'.", 128)
+    if ref is not None:
+        return _ambiguous(ref)
+    return ToolAnswer("", 0)

@@ -1,0 +1,108 @@
+"""Small helpers shared by the per-program decoys: arguments, hosts, seeded randomness, bash errors."""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import random
+import re
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from guard.types import Command, ToolAnswer
+
+_URL = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*)://([^\s'\"`<>()\[\]{};,]+)")
+_IPV4 = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$")
+_BARE_HOST = re.compile(r"^(?:[\w-]+@)?([a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)+)(?::\d+)?(?:[/:].*)?$")
+
+
+def args_of(command: Command) -> list[str]:
+    """The arguments after the program word (``argv`` may or may not repeat the program)."""
+    argv = list(command.argv)
+    if argv and posixpath.basename(argv[0]) == command.program:
+        return argv[1:]
+    return argv
+
+
+def seeded_rng(episode_id: str, normalized_text: str) -> random.Random:
+    """Randomness that repeats for the same call in the same episode, so retries see the same answer."""
+    digest = hashlib.sha256(f"{episode_id}\0{normalized_text}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def first_url(texts: Iterable[str]) -> str | None:
+    """The first ``scheme://...`` URL in any of ``texts``."""
+    for text in texts:
+        found = _URL.search(text)
+        if found:
+            return found.group(0)
+    return None
+
+
+def host_of(url: str) -> str:
+    """``https://user@github.com:443/x`` -> ``github.com``; ``example.com/x`` -> ``example.com``."""
+    if "://" not in url:
+        url = "//" + url
+    return urlsplit(url).hostname or url
+
+
+def port_of(url: str, default: int = 80) -> int:
+    """The URL's port, or the scheme's default."""
+    parts = urlsplit(url if "://" in url else "//" + url)
+    try:
+        if parts.port:
+            return parts.port
+    except ValueError:
+        pass
+    return 443 if parts.scheme == "https" else default
+
+
+def bare_host(arg: str) -> str | None:
+    """A host written without a scheme (``example.com``, ``git@github.com:x``, ``user@h``), or None."""
+    found = _BARE_HOST.match(arg)
+    return found.group(1) if found else None
+
+
+def is_ip(host: str) -> bool:
+    """Dotted IPv4 (name resolution does not apply to it: the connect fails instead)."""
+    return bool(_IPV4.match(host))
+
+
+def positionals(args: list[str], value_opts: frozenset[str] = frozenset()) -> list[str]:
+    """Arguments that are not options (and not values of ``value_opts``); ``--`` ends options."""
+    out: list[str] = []
+    skip = False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if arg == "--":
+            out.extend(args[i + 1 :])
+            break
+        if arg in value_opts:
+            skip = True
+            continue
+        if arg.startswith("-") and arg != "-":
+            continue
+        out.append(arg)
+    return out
+
+
+def has_flag(args: list[str], short: str, *long: str) -> bool:
+    """Whether a short flag (alone or in a cluster like ``-sSL``) or any long form is present."""
+    for arg in args:
+        if arg in long:
+            return True
+        if short and arg.startswith("-") and not arg.startswith("--") and short in arg[1:]:
+            return True
+    return False
+
+
+def command_not_found(program: str) -> ToolAnswer:
+    """What ``bash -c`` says for a program that is not installed."""
+    return ToolAnswer(output=f"bash: line 1: {program}: command not found", exit_code=127)
+
+
+def silent_success() -> ToolAnswer:
+    """Most commands that change files print nothing and exit 0."""
+    return ToolAnswer(output="", exit_code=0)
