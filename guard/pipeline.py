@@ -1,0 +1,190 @@
+"""The guard: stage-1 rules, then (for escalations) the stage-2 judge, then a decoy when intercepted.
+
+``Guard.check`` is called by the gateway for every tool call, so the common path (no rule fires)
+is one synchronous rule pass and no awaits that block. Decisions, in order:
+
+- no rule fires: **allow** (stage rules);
+- a ``decoy`` rule fires: **decoy** (stage rules);
+- a ``flag`` rule fires: **flag** (stage rules): the call runs and is marked;
+- an ``escalate`` rule fires and a judge is configured: the judge decides. Cheat with at least
+  ``min_confidence``: **decoy** (stage judge); cheat below it: **flag**; benign: **allow**. When the
+  judge is down or answers garbage, the fail mode decides: ``closed`` decoys, ``open`` flags;
+- an ``escalate`` rule fires and no judge is configured: the same fail mode decides, at stage rules
+  (``closed``: decoy, ``open``: flag). A guard without a judge is thus strict by default; set
+  ``RLGUARD_GUARD__JUDGE__FAIL_MODE=open`` to let unjudged escalations run and be marked instead.
+
+The optional ``probe`` lets the gateway run a harmless command in the episode's sandbox for the
+decoy's sake (see ``guard.decoys``); it is only awaited when a decoy is being built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+
+from guard.decoys import make_decoy, probe_command
+from guard.judge import Judge, JudgeEvent, JudgeStats
+from guard.rules import RuleEngine
+from guard.settings import GuardSettings
+from guard.types import (
+    Action,
+    Category,
+    GuardContext,
+    GuardDecision,
+    RuleMatch,
+    RuleResult,
+    Stage,
+    ToolAnswer,
+    ToolCall,
+    Verdict,
+)
+
+Probe = Callable[[str], Awaitable[ToolAnswer]]
+
+PROBE_TIMEOUT_S = 5.0
+_ENGINES_KEPT = 64  # distinct per-task protected-path sets whose compiled rules stay cached
+_CATEGORIES = frozenset(c.value for c in Category)
+
+
+class Guard:
+    """Stage 1 + stage 2 + decoys for one process; cheap to call, safe to share across episodes."""
+
+    def __init__(
+        self,
+        settings: GuardSettings,
+        engine: RuleEngine,
+        judge: Judge | None = None,
+        extra_protected_paths: Sequence[str] = (),
+    ) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.judge = judge
+        self._extra = tuple(extra_protected_paths)
+        self._engines: OrderedDict[tuple[str, ...], RuleEngine] = OrderedDict({(): engine})
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: GuardSettings,
+        extra_protected_paths: Sequence[str] = (),
+        *,
+        on_judge_event: Callable[[JudgeEvent], None] | None = None,
+    ) -> Guard:
+        """Rules from the built-in pack plus ``settings.rule_files``; a judge when a base URL is set."""
+        engine = RuleEngine.from_settings(settings, extra_protected_paths)
+        judge = Judge(settings.judge, on_event=on_judge_event) if settings.judge.base_url else None
+        return cls(settings, engine, judge, extra_protected_paths)
+
+    @property
+    def judge_stats(self) -> JudgeStats | None:
+        """The judge's counters (requests, cache hits, errors by kind, latency), or None without one."""
+        return self.judge.stats if self.judge is not None else None
+
+    @property
+    def protected_paths(self) -> tuple[str, ...]:
+        return (*self.settings.protected_paths, *self._extra)
+
+    def engine_for(self, task_paths: Sequence[str]) -> RuleEngine:
+        """The rule engine that also protects a task's own paths (compiled once per distinct set)."""
+        key = tuple(task_paths)
+        engine = self._engines.get(key)
+        if engine is None:
+            engine = RuleEngine.from_settings(self.settings, (*self._extra, *key))
+            self._engines[key] = engine
+            while len(self._engines) > _ENGINES_KEPT:
+                self._engines.popitem(last=False)
+        self._engines.move_to_end(key)
+        return engine
+
+    def check_rules(self, call: ToolCall, context: GuardContext | None = None) -> RuleResult:
+        """Stage 1 only, synchronous: for benchmarks, corpus evaluation and the first step of ``check``."""
+        engine = self.engine_for(context.protected_paths) if context is not None else self.engine
+        return engine.evaluate(call)
+
+    async def check(self, call: ToolCall, context: GuardContext, probe: Probe | None = None) -> GuardDecision:
+        """The decision for one tool call: its verdict, its normalised text, and the decoy to show."""
+        started = time.perf_counter()
+        if not self.settings.enabled:
+            verdict = Verdict(Action.ALLOW, Stage.RULES, reason="guard disabled")
+            return GuardDecision(_timed(verdict, started, {}), normalized="")
+        result = self.check_rules(call, context)
+        rules_us = (time.perf_counter() - started) * 1e6
+        stage_latency = {"rules": rules_us}
+        match = result.match
+        if match is None:
+            verdict = Verdict(Action.ALLOW, Stage.RULES)
+        elif match.action == "escalate":
+            verdict = await self._escalate(call, result, match, context, stage_latency)
+        else:
+            action = Action.DECOY if match.action == "decoy" else Action.FLAG
+            verdict = _rule_verdict(action, Stage.RULES, match, match.description)
+        decoy = None
+        if verdict.action == Action.DECOY:
+            decoy_started = time.perf_counter()
+            decoy = await self._decoy(call, result, context, probe)
+            stage_latency["decoy"] = (time.perf_counter() - decoy_started) * 1e6
+        return GuardDecision(_timed(verdict, started, stage_latency), result.normalized.text, decoy)
+
+    async def _escalate(
+        self,
+        call: ToolCall,
+        result: RuleResult,
+        match: RuleMatch,
+        context: GuardContext,
+        stage_latency: dict[str, float],
+    ) -> Verdict:
+        fail_mode = self.settings.judge.fail_mode
+        fail_action = Action.DECOY if fail_mode == "closed" else Action.FLAG
+        if self.judge is None:
+            reason = f"{match.description} (escalated, no judge configured: failing {fail_mode})"
+            return _rule_verdict(fail_action, Stage.RULES, match, reason)
+        judged = await self.judge.review(result.normalized, match, context, call)
+        stage_latency["judge"] = judged.latency_us
+        category = judged.category if judged.category in _CATEGORIES else match.category
+        if judged.error is not None:
+            action = fail_action
+        elif judged.verdict == "benign":
+            action = Action.ALLOW
+        elif judged.confidence >= self.settings.judge.min_confidence:
+            action = Action.DECOY
+        else:
+            action = Action.FLAG
+        return Verdict(
+            action=action,
+            stage=Stage.JUDGE,
+            rule_id=match.rule_id,
+            category=category,
+            confidence=judged.confidence,
+            reason=judged.reason,
+        )
+
+    async def _decoy(
+        self, call: ToolCall, result: RuleResult, context: GuardContext, probe: Probe | None
+    ) -> ToolAnswer:
+        probed = None
+        command = probe_command(call, result) if probe is not None else None
+        if probe is not None and command is not None:
+            try:
+                probed = await asyncio.wait_for(probe(command), PROBE_TIMEOUT_S)
+            except Exception:  # a failed probe only costs fidelity: the decoy falls back to invention
+                probed = None
+        paths = (*self.protected_paths, *context.protected_paths)
+        return make_decoy(call, result, context, probe=probed, protected_paths=paths)
+
+    async def aclose(self) -> None:
+        """Release the judge's HTTP connections."""
+        if self.judge is not None:
+            await self.judge.aclose()
+
+
+def _rule_verdict(action: Action, stage: Stage, match: RuleMatch, reason: str) -> Verdict:
+    return Verdict(
+        action, stage, rule_id=match.rule_id, category=match.category, confidence=1.0, reason=reason
+    )
+
+
+def _timed(verdict: Verdict, started: float, stage_latency: dict[str, float]) -> Verdict:
+    return replace(verdict, latency_us=(time.perf_counter() - started) * 1e6, stage_latency_us=stage_latency)
