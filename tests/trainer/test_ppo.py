@@ -1,0 +1,131 @@
+"""PPO and the critic-free variants on a tiny model: reward rises; stale data gets TIS; warm-up."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from tests.trainer.conftest import two_part_episodes
+from trainer.batch import collate
+from trainer.models import Critic, token_logprobs
+from trainer.ppo import PPOTrainer
+from trainer.runtime import init_runtime
+from trainer.settings import TrainerSettings
+
+
+def fast_settings(**overrides) -> TrainerSettings:
+    base = dict(actor_lr=3e-3, critic_lr=3e-3, ppo_epochs=4, micro_batch_tokens=64, clip_high=0.2, seed=0)
+    return TrainerSettings(**(base | overrides))
+
+
+def mean_reward(samples) -> float:
+    last = [s.reward for s in samples if s.is_last]
+    return sum(last) / len(last)
+
+
+def test_few_ppo_steps_raise_reward_on_trivial_task(tiny_model_dir) -> None:
+    settings = fast_settings(actor_lr=2e-3, critic_lr=1e-2, micro_batch_tokens=512)
+    trainer = PPOTrainer.from_pretrained(tiny_model_dir, settings, init_runtime(device="cpu"))
+    before = mean_reward(two_part_episodes(trainer.actor, 64, seed=100))
+    for step in range(8):
+        batch = two_part_episodes(trainer.actor, 32, seed=step, version=trainer.policy_version)
+        metrics = trainer.train_step(batch)
+        assert all(v == v for v in metrics.values()), metrics  # no NaN
+    after = mean_reward(two_part_episodes(trainer.actor, 64, seed=100))
+    assert before < 0.1
+    assert after > before + 0.1, (before, after)
+    assert trainer.policy_version == 8
+
+
+@pytest.mark.parametrize("algo", ["grpo", "rloo", "reinforce_pp"])
+def test_critic_free_algorithms_step_without_a_critic(tiny_model_dir, algo) -> None:
+    trainer = PPOTrainer.from_pretrained(tiny_model_dir, fast_settings(algo=algo), init_runtime(device="cpu"))
+    assert trainer.critic is None
+    before = [p.detach().clone() for p in trainer.actor.parameters()]
+    batch = [
+        replace(s, reward=1.0) if s.episode_id % 4 == 0 else s for s in two_part_episodes(trainer.actor, 8, 0)
+    ]
+    metrics = trainer.train_step(batch)
+    assert "critic/value_loss" not in metrics and metrics["actor/grad_norm"] > 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.actor.parameters(), strict=True))
+
+
+def test_metrics_name_each_term(tiny_model_dir) -> None:
+    trainer = PPOTrainer.from_pretrained(
+        tiny_model_dir,
+        fast_settings(kl_coef=0.1, kl_in_reward=False, entropy_coef=0.01),
+        init_runtime(device="cpu"),
+    )
+    metrics = trainer.train_step(two_part_episodes(trainer.actor, 4, seed=0))
+    for key in (
+        "actor/pg_loss",
+        "actor/entropy",
+        "actor/kl_loss",
+        "actor/kl_ref",
+        "actor/clip_fraction",
+        "actor/approx_kl",
+        "actor/grad_norm",
+        "critic/value_loss",
+        "critic/explained_variance",
+        "critic/grad_norm",
+        "perf/tokens_per_s",
+    ):
+        assert key in metrics, key
+    assert metrics["data/episodes"] == 4 and metrics["data/sub_trajectories"] == 8
+
+
+def test_critic_warmup_leaves_actor_untouched(tiny_model_dir) -> None:
+    trainer = PPOTrainer.from_pretrained(
+        tiny_model_dir,
+        fast_settings(critic_warmup_steps=1, critic_updates_per_actor_update=2),
+        init_runtime(device="cpu"),
+    )
+    actor_before = [p.detach().clone() for p in trainer.actor.parameters()]
+    critic_before = [p.detach().clone() for p in trainer.critic.parameters()]
+    batch = [
+        replace(s, reward=1.0) if s.episode_id == 0 else s
+        for s in two_part_episodes(trainer.actor, 4, seed=0)
+    ]
+    metrics = trainer.train_step(batch)
+    assert "actor/pg_loss" not in metrics and trainer.policy_version == 0
+    assert all(torch.equal(a, b) for a, b in zip(actor_before, trainer.actor.parameters(), strict=True))
+    assert any(not torch.equal(a, b) for a, b in zip(critic_before, trainer.critic.parameters(), strict=True))
+    trainer.train_step(two_part_episodes(trainer.actor, 4, seed=1))
+    assert trainer.policy_version == 1
+
+
+def test_stale_data_is_anchored_to_proximal_policy_with_truncated_weights(tiny_model_dir) -> None:
+    trainer = PPOTrainer.from_pretrained(
+        tiny_model_dir, fast_settings(tis_cap=1.5), init_runtime(device="cpu")
+    )
+    old = two_part_episodes(trainer.actor, 4, seed=0, version=0)
+    trainer.train_step(two_part_episodes(trainer.actor, 4, seed=1, version=0))  # now at version 1
+    micro = [collate(old, range(len(old)), 0, 1)]
+    scored = trainer._score(old, micro, [])
+    mb = micro[0]
+    proximal, _ = token_logprobs(trainer.actor, mb.input_ids, mb.attention_mask)
+    mask = scored.action_mask
+    torch.testing.assert_close(scored.old_logprobs, proximal.detach() * mask)
+    expected = torch.clamp(torch.exp(proximal.detach() - scored.rollout_logprobs), max=1.5)
+    torch.testing.assert_close(scored.is_weights[mask.bool()], expected[mask.bool()])
+    # fresh data is anchored to the rollout logprobs themselves
+    fresh = two_part_episodes(trainer.actor, 2, seed=2, version=1)
+    fresh_micro = [collate(fresh, range(len(fresh)), 0, 1)]
+    fresh_scored = trainer._score(fresh, fresh_micro, [])
+    torch.testing.assert_close(fresh_scored.old_logprobs, fresh_scored.rollout_logprobs)
+    assert (fresh_scored.is_weights == 1).all()
+
+
+def test_critic_values_are_aligned_to_the_state_before_each_token(tiny_model_dir) -> None:
+    critic = Critic.from_pretrained(tiny_model_dir)
+    torch.nn.init.normal_(critic.value_head.weight)
+    ids = torch.tensor([[2, 3, 7, 8, 0]])
+    attention = torch.tensor([[1, 1, 1, 1, 0]])
+    values, final = critic(ids, attention)
+    prefix_values, prefix_final = critic(ids[:, :3], attention[:, :3])
+    # V(x_<3) is the value at token 3 of the long row and the final value of the 3-token prefix
+    torch.testing.assert_close(values[0, 3], prefix_final[0])
+    torch.testing.assert_close(values[0, :3], prefix_values[0])
+    assert values[0, 0] == 0 and final.shape == (1,)

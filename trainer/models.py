@@ -1,0 +1,115 @@
+"""Actor, critic and reference models, and the per-token quantities PPO reads from them.
+
+Alignment convention (shared with ``trainer.advantages``): for a row of token ids ``x``,
+``logprobs[:, t] = log pi(x_t | x_<t)`` and ``values[:, t] = V(x_<t)``, the value of the state in
+which token ``t`` is produced; position 0 (always a prompt token) gets 0 for both. ``final_values``
+is ``V(x)`` over the whole row (the state after its last token), used to bootstrap truncated
+episodes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PreTrainedModel
+
+VALUE_HEAD_FILE = "value_head.safetensors"
+
+
+def load_actor(path: str | Path, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
+    """Any HF causal LM from a local directory (never the hub)."""
+    return AutoModelForCausalLM.from_pretrained(str(path), torch_dtype=dtype, local_files_only=True)
+
+
+def load_reference(path: str | Path, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
+    """A frozen copy of the starting policy for the KL term."""
+    model = load_actor(path, dtype)
+    model.requires_grad_(False)
+    return model.eval()
+
+
+class Critic(nn.Module):
+    """A transformer backbone with a scalar value head on every position.
+
+    The backbone is the actor's architecture (or a smaller model of the same tokenizer) loaded
+    without its LM head; the head starts at zero so the untrained critic predicts 0 everywhere
+    instead of noise that GAE would turn into spurious advantages.
+    """
+
+    def __init__(self, backbone: PreTrainedModel) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.value_head = nn.Linear(backbone.config.hidden_size, 1)
+        nn.init.zeros_(self.value_head.weight)
+        nn.init.zeros_(self.value_head.bias)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, dtype: torch.dtype = torch.float32) -> Critic:
+        """Backbone from ``path``; the value head too when ``path`` is a saved critic."""
+        config = AutoConfig.from_pretrained(str(path), local_files_only=True)
+        backbone = AutoModel.from_pretrained(
+            str(path), config=config, torch_dtype=dtype, local_files_only=True
+        )
+        critic = cls(backbone)
+        head = Path(path) / VALUE_HEAD_FILE
+        if head.is_file():
+            critic.value_head.load_state_dict(load_file(str(head)))
+        return critic.to(dtype)
+
+    def save_pretrained(self, path: str | Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+        """HF backbone files plus ``value_head.safetensors``; ``state_dict`` overrides (FSDP full state)."""
+        path = Path(path)
+        state = state_dict if state_dict is not None else self.state_dict()
+        backbone_state = {
+            k.removeprefix("backbone."): v for k, v in state.items() if k.startswith("backbone.")
+        }
+        head_state = {
+            k.removeprefix("value_head."): v.contiguous() for k, v in state.items() if "value_head." in k
+        }
+        self.backbone.save_pretrained(path, state_dict=backbone_state, safe_serialization=True)
+        save_file(head_state, str(path / VALUE_HEAD_FILE))
+
+    def gradient_checkpointing_enable(self) -> None:
+        self.backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(values [B, T], final_values [B])`` aligned as the module docstring says, in fp32."""
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        raw = self.value_head(hidden.last_hidden_state).squeeze(-1).float()
+        values = torch.cat([torch.zeros_like(raw[:, :1]), raw[:, :-1]], dim=1)
+        last = attention_mask.sum(dim=1).clamp(min=1) - 1
+        final_values = raw.gather(1, last.unsqueeze(1)).squeeze(1)
+        return values, final_values
+
+
+def token_logprobs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    with_entropy: bool = False,
+    entropy_grad: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(logprobs [B, T], entropy [B, T] | None)`` of each token under ``model``, aligned to the token.
+
+    ``log_softmax`` is taken as ``logit - logsumexp`` on the gathered token only, so the full
+    ``[B, T, V]`` log-probability tensor is never materialised. The entropy (a metric, or a bonus
+    when ``entropy_grad``) is computed off the graph unless its gradient is wanted.
+    """
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1].float()
+    targets = input_ids[:, 1:].unsqueeze(-1)
+    normaliser = torch.logsumexp(logits, dim=-1)
+    picked = logits.gather(-1, targets).squeeze(-1) - normaliser
+    logprobs = torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
+    entropy = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            source = logits if entropy_grad else logits.detach()
+            probs = torch.softmax(source, dim=-1)
+            ent = torch.logsumexp(source, dim=-1) - (probs * source).sum(dim=-1)
+        entropy = torch.cat([torch.zeros_like(ent[:, :1]), ent], dim=1)
+    return logprobs, entropy

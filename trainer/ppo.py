@@ -1,0 +1,381 @@
+"""One training step of PPO (token-level GAE with a learned critic) or a critic-free variant.
+
+Reads top to bottom like the algorithm:
+
+1. pack the step's sub-trajectories into token-budgeted micro-batches;
+2. score them without gradients: critic values, reference logprobs (KL), and, for data produced by
+   an older policy version, the current ("proximal") policy's logprobs;
+3. place each episode's reward on its last action token, shape in the KL, compute advantages
+   (``trainer.advantages``) over the whole step so sub-trajectories chain across micro-batches;
+4. K critic updates, then one actor update (skipped during critic warm-up), each accumulating
+   gradients over all micro-batches into one optimiser step, losses from ``trainer.losses``.
+
+Under ``torchrun`` each rank holds its own share of the episodes (whole task groups, so group
+baselines stay local); every rank runs the same number of micro-batches (empty ones pad) so the
+collectives of DDP/FSDP2 line up, and losses are normalised by the *global* token count.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainer.advantages import (
+    CRITIC_ESTIMATORS,
+    AdvantageBatch,
+    AdvantageConfig,
+    get_advantage_estimator,
+    place_episode_rewards,
+)
+from trainer.batch import Sample, TokenBatch, collate, pack_by_token_budget, padding_fraction
+from trainer.losses import (
+    agg_loss,
+    agg_normaliser,
+    compute_kl_loss,
+    compute_policy_loss,
+    compute_value_loss,
+    explained_variance,
+    kl_penalty,
+    rewards_with_kl_penalty,
+    truncated_importance_weights,
+)
+from trainer.masked import masked_mean, masked_whiten
+from trainer.models import Critic, load_actor, load_reference, token_logprobs
+from trainer.runtime import Runtime, init_runtime, no_grad_eval, unwrap, wrap_model
+from trainer.settings import TrainerSettings
+
+ALGO_ESTIMATOR = {"ppo": "gae", "grpo": "grpo", "rloo": "rloo", "reinforce_pp": "reinforce_pp"}
+
+
+@dataclass
+class _Scored:
+    """Per-token tensors of the whole step ``[N, T]`` (rows = samples), filled by the scoring pass."""
+
+    action_mask: torch.Tensor
+    rollout_logprobs: torch.Tensor
+    old_logprobs: torch.Tensor
+    is_weights: torch.Tensor
+    ref_logprobs: torch.Tensor | None
+    values: torch.Tensor | None
+    final_values: torch.Tensor | None
+
+
+class PPOTrainer:
+    """Actor (+ critic, + frozen reference) with their optimisers and the step counter."""
+
+    def __init__(
+        self,
+        actor: nn.Module,
+        critic: Critic | None,
+        settings: TrainerSettings,
+        runtime: Runtime,
+        pad_id: int,
+        reference: nn.Module | None = None,
+    ) -> None:
+        self.settings = settings
+        self.runtime = runtime
+        self.pad_id = pad_id
+        self.estimator_name = ALGO_ESTIMATOR[settings.algo]
+        self.uses_critic = self.estimator_name in CRITIC_ESTIMATORS
+        if self.uses_critic and critic is None:
+            raise ValueError(f"--algo {settings.algo} needs a critic")
+        if settings.gradient_checkpointing:
+            actor.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if critic is not None:
+                critic.gradient_checkpointing_enable()
+        self.actor = wrap_model(actor, runtime)
+        self.critic = wrap_model(critic, runtime) if self.uses_critic and critic is not None else None
+        self.reference = reference.to(runtime.device) if reference is not None else None
+        self.actor_optimizer = torch.optim.AdamW(
+            self.actor.parameters(), lr=settings.actor_lr, weight_decay=settings.weight_decay
+        )
+        self.critic_optimizer = (
+            torch.optim.AdamW(
+                self.critic.parameters(), lr=settings.critic_lr, weight_decay=settings.weight_decay
+            )
+            if self.critic is not None
+            else None
+        )
+        self.step = 0
+        self.policy_version = 0
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_path: str | Path,
+        settings: TrainerSettings,
+        runtime: Runtime | None = None,
+        critic_path: str | Path | None = None,
+        reference_path: str | Path | None = None,
+    ) -> PPOTrainer:
+        """Actor from ``model_path``; critic from ``critic_path`` (default: the settings' or the actor's
+        backbone); a frozen reference from ``reference_path`` (default: ``model_path``) when KL is on."""
+        runtime = runtime or init_runtime(settings.parallel)
+        torch.manual_seed(settings.seed)
+        actor = load_actor(model_path)
+        critic = None
+        if ALGO_ESTIMATOR[settings.algo] in CRITIC_ESTIMATORS:
+            critic = Critic.from_pretrained(critic_path or settings.critic_model_path or model_path)
+        reference = load_reference(reference_path or model_path) if settings.kl_coef > 0 else None
+        pad_id = actor.config.pad_token_id
+        if pad_id is None:
+            pad_id = actor.config.eos_token_id if isinstance(actor.config.eos_token_id, int) else 0
+        return cls(actor, critic, settings, runtime, int(pad_id), reference)
+
+    # ------------------------------------------------------------------------------------------
+    def train_step(self, samples: list[Sample]) -> dict[str, float]:
+        """One update on this rank's ``samples`` (whole episodes); returns the step's metrics."""
+        if not samples:
+            raise ValueError("a training step needs at least one sub-trajectory on every rank")
+        started = time.perf_counter()
+        s = self.settings
+        stale_rows = sum(x.policy_version < self.policy_version for x in samples)
+        lengths = [len(x.input_ids) for x in samples]
+        if max(lengths) > s.max_sequence_tokens:
+            raise ValueError(f"a sub-trajectory has {max(lengths)} tokens, over max_sequence_tokens")
+        groups = pack_by_token_budget(lengths, s.micro_batch_tokens)
+        micro = [collate(samples, g, self.pad_id, self.policy_version) for g in groups]
+        n_micro = self.runtime.all_reduce_max(len(micro))
+        padding = [_empty_like(micro[0])] * (n_micro - len(micro))
+
+        scored = self._score(samples, micro, padding)
+        advantages, returns, token_rewards = self._advantages(samples, scored)
+        mask = scored.action_mask
+        norm = self.runtime.all_reduce_sum(agg_normaliser(mask, s.loss_agg_mode))
+
+        metrics: dict[str, float] = {}
+        for _ in range(s.ppo_epochs):
+            if self.critic is not None:
+                for _ in range(s.critic_updates_per_actor_update):
+                    metrics |= self._update_critic(micro, padding, scored, returns, norm)
+            if self.step >= s.critic_warmup_steps:
+                metrics |= self._update_actor(micro, padding, scored, advantages, norm)
+        if self.step >= s.critic_warmup_steps:
+            self.policy_version += 1
+        self.step += 1
+
+        elapsed = time.perf_counter() - started
+        tokens = self.runtime.all_reduce_sum(float(sum(lengths)))
+        episode_rewards = [x.reward for x in samples if x.is_last]
+        metrics |= {
+            "step": float(self.step),
+            "policy_version": float(self.policy_version),
+            "data/episodes": float(len(episode_rewards)),
+            "data/sub_trajectories": float(len(samples)),
+            "data/reward_mean": sum(episode_rewards) / max(len(episode_rewards), 1),
+            "data/action_tokens": float(mask.sum()),
+            "data/padding_fraction": padding_fraction(lengths, groups),
+            "data/stale_fraction": stale_rows / len(samples),
+            "adv/mean": float(masked_mean(advantages, mask)),
+            "adv/abs_max": float((advantages.abs() * mask).max()),
+            "reward/token_sum_mean": float((token_rewards * mask).sum() / max(len(episode_rewards), 1)),
+            "perf/step_time_s": elapsed,
+            "perf/tokens_per_s": tokens / elapsed,
+        }
+        if scored.values is not None:
+            metrics["critic/explained_variance"] = float(explained_variance(scored.values, returns, mask))
+            metrics["critic/values_mean"] = float(masked_mean(scored.values, mask))
+        if scored.ref_logprobs is not None:
+            metrics["actor/kl_ref"] = float(
+                masked_mean(kl_penalty(scored.old_logprobs, scored.ref_logprobs, s.kl_estimator), mask)
+            )
+        return metrics
+
+    # ------------------------------------------------------------------------------------------
+    def _score(self, samples: list[Sample], micro: list[TokenBatch], padding: list[TokenBatch]) -> _Scored:
+        """Gradient-free pass: values, reference and proximal logprobs for every row of the step."""
+        s = self.settings
+        n, width = len(samples), max(len(x.input_ids) for x in samples)
+        mask = torch.zeros(n, width)
+        rollout = torch.zeros(n, width)
+        proximal = torch.zeros(n, width)
+        stale = torch.zeros(n, dtype=torch.bool)
+        values = torch.zeros(n, width) if self.critic is not None else None
+        final_values = torch.zeros(n) if self.critic is not None else None
+        ref = torch.zeros(n, width) if self.reference is not None else None
+        models = [m for m in (self.actor, self.critic, self.reference) if m is not None]
+        with no_grad_eval(*models), self.runtime.autocast():
+            for index, mb in enumerate(micro + padding):
+                real = index < len(micro)
+                dev = mb.to(self.runtime.device)
+                cols = mb.input_ids.shape[1]
+                rows = mb.rows
+                if self.critic is not None:
+                    v, fv = self.critic(dev.input_ids, dev.attention_mask)
+                    if real:
+                        values[rows, :cols] = v.float().cpu()
+                        final_values[rows] = fv.float().cpu()
+                if self.reference is not None:
+                    lp, _ = token_logprobs(self.reference, dev.input_ids, dev.attention_mask)
+                    if real:
+                        ref[rows, :cols] = lp.float().cpu()
+                any_stale = self.runtime.all_reduce_max(int(mb.stale.any() and real))
+                if any_stale:
+                    lp, _ = token_logprobs(self.actor, dev.input_ids, dev.attention_mask)
+                    if real:
+                        proximal[rows, :cols] = lp.float().cpu()
+                if real:
+                    mask[rows, :cols] = mb.action_mask
+                    rollout[rows, :cols] = mb.rollout_logprobs
+                    stale[rows] = mb.stale
+        stale_tokens = stale.unsqueeze(1).expand_as(mask)
+        old = torch.where(stale_tokens, proximal, rollout) * mask
+        weights = torch.where(
+            stale_tokens, truncated_importance_weights(proximal, rollout, s.tis_cap), torch.ones_like(mask)
+        )
+        return _Scored(mask, rollout, old, weights, ref, values, final_values)
+
+    def _advantages(
+        self, samples: list[Sample], scored: _Scored
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        s = self.settings
+        mask = scored.action_mask
+        rewards = torch.tensor([x.reward for x in samples])
+        is_last = torch.tensor([x.is_last for x in samples])
+        token_rewards = place_episode_rewards(mask, rewards, is_last)
+        if scored.ref_logprobs is not None and s.kl_in_reward:
+            kl = kl_penalty(scored.old_logprobs, scored.ref_logprobs, s.kl_estimator)
+            token_rewards = rewards_with_kl_penalty(token_rewards, kl, mask, s.kl_coef)
+        batch = AdvantageBatch(
+            token_rewards=token_rewards,
+            action_mask=mask,
+            episode_ids=torch.tensor([x.episode_id for x in samples]),
+            group_ids=torch.tensor([x.group_id for x in samples]),
+            sub_index=torch.tensor([x.sub_index for x in samples]),
+            is_last=is_last,
+            truncated=torch.tensor([x.truncated for x in samples]),
+            values=scored.values,
+            final_values=scored.final_values,
+        )
+        estimator = get_advantage_estimator(self.estimator_name)
+        advantages, returns = estimator(batch, AdvantageConfig(gamma=s.gamma, lam=s.lam))
+        if self.uses_critic and s.normalize_advantages:
+            advantages = masked_whiten(advantages, mask)
+        return advantages.float(), returns.float(), token_rewards
+
+    def _update_critic(
+        self,
+        micro: list[TokenBatch],
+        padding: list[TokenBatch],
+        scored: _Scored,
+        returns: torch.Tensor,
+        norm: float,
+    ) -> dict[str, float]:
+        s = self.settings
+        assert self.critic is not None and self.critic_optimizer is not None
+        self.critic.train()
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        loss_sum = clip_sum = weight = 0.0
+        for mb in micro + padding:
+            dev = mb.to(self.runtime.device)
+            cols = mb.input_ids.shape[1]
+            rows = mb.rows
+            mask = dev.action_mask
+            old_values = scored.values[rows, :cols].to(self.runtime.device)
+            target = returns[rows, :cols].to(self.runtime.device)
+            with self.runtime.autocast():
+                values, _ = self.critic(dev.input_ids, dev.attention_mask)
+            out = compute_value_loss(values, old_values, target, mask, s.value_clip, s.loss_agg_mode, norm)
+            (out.loss * self.runtime.world_size).backward()
+            tokens = float(mask.sum())
+            loss_sum += float(out.loss.detach())
+            clip_sum += float(out.clip_fraction) * tokens
+            weight += tokens
+        grad_norm = _clip_grad_norm(self.critic, s.max_grad_norm)
+        self.critic_optimizer.step()
+        return {
+            "critic/value_loss": loss_sum,
+            "critic/clip_fraction": clip_sum / max(weight, 1.0),
+            "critic/grad_norm": grad_norm,
+        }
+
+    def _update_actor(
+        self,
+        micro: list[TokenBatch],
+        padding: list[TokenBatch],
+        scored: _Scored,
+        advantages: torch.Tensor,
+        norm: float,
+    ) -> dict[str, float]:
+        s = self.settings
+        self.actor.train()
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        totals = {"pg_loss": 0.0, "entropy": 0.0, "kl_loss": 0.0}
+        weighted = {"clip_fraction": 0.0, "clip_fraction_lower": 0.0, "approx_kl": 0.0}
+        weight = 0.0
+        for mb in micro + padding:
+            dev = mb.to(self.runtime.device)
+            cols = mb.input_ids.shape[1]
+            rows = mb.rows
+            mask = dev.action_mask
+            on_device = self.runtime.device
+            with self.runtime.autocast():
+                logprobs, entropy = token_logprobs(
+                    self.actor, dev.input_ids, dev.attention_mask, True, entropy_grad=s.entropy_coef > 0
+                )
+            policy = compute_policy_loss(
+                logprobs,
+                scored.old_logprobs[rows, :cols].to(on_device),
+                advantages[rows, :cols].to(on_device),
+                mask,
+                s.clip_low,
+                s.clip_high,
+                s.clip_ratio_c,
+                s.loss_agg_mode,
+                scored.is_weights[rows, :cols].to(on_device),
+                norm,
+            )
+            entropy_term = agg_loss(entropy, mask, s.loss_agg_mode, norm)
+            loss = policy.loss - s.entropy_coef * entropy_term
+            if scored.ref_logprobs is not None and not s.kl_in_reward:
+                kl_loss = compute_kl_loss(
+                    logprobs,
+                    scored.ref_logprobs[rows, :cols].to(on_device),
+                    mask,
+                    s.kl_estimator,
+                    s.loss_agg_mode,
+                    norm,
+                )
+                loss = loss + s.kl_coef * kl_loss
+                totals["kl_loss"] += float(kl_loss.detach())
+            (loss * self.runtime.world_size).backward()
+            tokens = float(mask.sum())
+            totals["pg_loss"] += float(policy.loss.detach())
+            totals["entropy"] += float(entropy_term.detach())
+            weighted["clip_fraction"] += float(policy.clip_fraction) * tokens
+            weighted["clip_fraction_lower"] += float(policy.clip_fraction_lower) * tokens
+            weighted["approx_kl"] += float(policy.approx_kl) * tokens
+            weight += tokens
+        grad_norm = _clip_grad_norm(self.actor, s.max_grad_norm)
+        self.actor_optimizer.step()
+        out = {f"actor/{k}": v for k, v in totals.items()}
+        out |= {f"actor/{k}": v / max(weight, 1.0) for k, v in weighted.items()}
+        out["actor/grad_norm"] = grad_norm
+        return out
+
+    # ------------------------------------------------------------------------------------------
+    def policy_module(self) -> nn.Module:
+        """The actor without its DDP wrapper (for saving in HF format)."""
+        return unwrap(self.actor)
+
+    def state_summary(self) -> dict[str, Any]:
+        return {"step": self.step, "policy_version": self.policy_version, "algo": self.settings.algo}
+
+
+def _empty_like(batch: TokenBatch) -> TokenBatch:
+    """A micro-batch with no action tokens: it runs the collectives of a real one and adds no gradient."""
+    return replace(
+        batch, action_mask=torch.zeros_like(batch.action_mask), stale=torch.zeros_like(batch.stale)
+    )
+
+
+def _clip_grad_norm(model: nn.Module, max_norm: float) -> float:
+    norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.grad is not None], max_norm)
+    if hasattr(norm, "full_tensor"):  # FSDP2 DTensor
+        norm = norm.full_tensor()
+    return float(norm)
