@@ -154,3 +154,21 @@ class ToolCallRow(Base):
     @property
     def intercepted(self) -> bool:
         return self.action != "allow"
+
+
+class TrainingStepRow(Base):
+    """One committed trainer step: where its checkpoint is. Written by ``trainer.data`` in the same
+    transaction that marks the step's sub-trajectories consumed (their ``consumed_by_step`` is this
+    row's ``id``), so the newest row of a run is the checkpoint to resume from (migration 0002)."""
+
+    __tablename__ = "training_steps"
+    __table_args__ = (UniqueConstraint("run", "step", name="uq_training_steps_run_step"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run: Mapped[str] = mapped_column(String(200), index=True)
+    step: Mapped[int] = mapped_column(Integer)
+    policy_version: Mapped[str] = mapped_column(String(200))
+    checkpoint_path: Mapped[str] = mapped_column(Text)
+    num_sub_trajectories: Mapped[int] = mapped_column(Integer)
+    metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
