@@ -91,8 +91,24 @@ class Command:
 
 
 @dataclass(frozen=True)
+class CodeBlock:
+    """Program text found in a call: run now (``python -c``, a heredoc fed to an interpreter, a
+    script written and run in the same command) or written to ``path`` for later. ``facts`` are
+    what the code does (``import:socket``, ``call:urllib.request.urlopen('http://…')``, ...)."""
+
+    lang: str  # "python" | "node" | "perl" | "ruby" | "php" | "awk" | "shell" | "text"
+    text: str
+    origin: str = "run"  # "run" | "write"
+    path: str | None = None
+    facts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class NormalizedCall:
-    """What a call really does, independent of its spelling; ``text`` is stable (logs, judge cache)."""
+    """What a call really does, independent of its spelling; ``text`` is stable (logs, judge cache).
+
+    ``facts`` are call-level observations (``write:<path>``, ``write_empty:<path>``, ...) and
+    ``blocks`` the code found in the call; ``code`` holds the same texts as ``blocks``."""
 
     tool: str
     text: str
@@ -100,6 +116,8 @@ class NormalizedCall:
     paths: tuple[str, ...] = ()
     code: tuple[str, ...] = ()
     parse_error: str | None = None
+    facts: tuple[str, ...] = ()
+    blocks: tuple[CodeBlock, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,142 @@
+"""Normalisation: what a tool call really does, independent of how it is spelled.
+
+``normalize(call)`` turns a ``ToolCall`` into a ``NormalizedCall``: the simple commands it runs
+(after quoting, wrappers, nested shells and decoders are seen through), the paths it touches, the
+code it runs or writes (with facts read from that code) and call-level facts (files written,
+emptied, deleted). ``text`` is a canonical rendering: the judge caches by it and the store logs it.
+
+A call that cannot be read statically (shell syntax error, over the size or nesting limits, a
+non-string argument) gets ``parse_error`` set; the rule engine escalates those, never allows them.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from guard.normalize.shell import Findings, ShellWalker, Unparseable, lang_for_path
+from guard.paths import WORKSPACE, absolute
+from guard.types import NormalizedCall, ToolCall
+
+MAX_COMMAND_CHARS = 64 * 1024
+MAX_CONTENT_CHARS = 1024 * 1024
+MAX_TEXT_CHARS = 16 * 1024
+
+_PATH_KEYS = ("path", "file_path", "filename", "file", "dir", "directory")
+_OLD_KEYS = ("old_str", "old_string", "old", "search")
+_NEW_KEYS = ("new_str", "new_string", "new", "replace", "replacement")
+_CONTENT_KEYS = ("content", "contents", "text", "data", "file_text")
+
+
+def _first(arguments: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    for key in keys:
+        if key in arguments:
+            return arguments[key]
+    return None
+
+
+def _string(value: Any, what: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise Unparseable(f"{what} is not a string")
+    return value
+
+
+def _bash(arguments: dict[str, Any], f: Findings) -> None:
+    command = _string(arguments.get("command", arguments.get("cmd")), "command")
+    if len(command) > MAX_COMMAND_CHARS:
+        raise Unparseable(f"command over {MAX_COMMAND_CHARS} characters")
+    ShellWalker(f, 0, "bash").run(command)
+
+
+def _assert_count(text: str) -> int:
+    return text.count("assert") + text.count("pytest.raises")
+
+
+def _file_tool(tool: str, arguments: dict[str, Any], f: Findings) -> None:
+    path = _string(_first(arguments, _PATH_KEYS), "path")
+    if tool in ("read_file", "list_dir"):
+        f.add_path(path or ".", WORKSPACE)
+        return
+    full = absolute(path or ".", WORKSPACE)
+    if tool == "write_file":
+        content = _string(_first(arguments, _CONTENT_KEYS), "content")
+        if len(content) > MAX_CONTENT_CHARS:
+            raise Unparseable(f"content over {MAX_CONTENT_CHARS} characters")
+        f.note_write(full, content, WORKSPACE, 0)
+        return
+    old = _string(_first(arguments, _OLD_KEYS), "old text")
+    new = _string(_first(arguments, _NEW_KEYS), "new text")
+    if len(old) + len(new) > MAX_CONTENT_CHARS:
+        raise Unparseable(f"edit over {MAX_CONTENT_CHARS} characters")
+    f.add_path(full)
+    f.facts.append(f"write:{full}")
+    if old.strip() and not new.strip():
+        f.facts.append(f"edit_removes:{full}")
+    if _assert_count(new) < _assert_count(old):
+        f.facts.append(f"edit_removes_assert:{full}")
+    lang = lang_for_path(full)
+    if lang and new.strip():
+        f.add_code(lang, _dedent(new), "write", full, 0, WORKSPACE)
+
+
+def _dedent(fragment: str) -> str:
+    """An edit's replacement text is a fragment, often indented: dedent so ``ast`` can read it."""
+    import textwrap
+
+    return textwrap.dedent(fragment)
+
+
+def _render(tool: str, f: Findings, error: str | None) -> str:
+    """The canonical text: one line per command, then writes/facts, code and paths."""
+    lines = [f"tool: {tool}"]
+    for cmd in f.commands:
+        prefix = "" if cmd.source == "bash" else f"[{cmd.source}] "
+        lines.append(f"$ {prefix}{shlex.join(cmd.argv)}")
+    for fact in dict.fromkeys(f.facts):
+        lines.append(f"fact: {fact}")
+    for block in f.blocks:
+        where = f" {block.path}" if block.path else ""
+        lines.append(f"code[{block.lang},{block.origin}{where}]:")
+        lines.append(block.text)
+    for path in dict.fromkeys(f.paths):
+        lines.append(f"path: {path}")
+    if error:
+        lines.append(f"unparseable: {error}")
+    text = "\n".join(lines)
+    if len(text) > MAX_TEXT_CHARS:
+        half = MAX_TEXT_CHARS // 2
+        text = text[:half] + "\n…\n" + text[-half:]
+    return text
+
+
+def normalize(call: ToolCall) -> NormalizedCall:
+    """What ``call`` does; never raises on bad input (an unreadable call carries ``parse_error``)."""
+    f = Findings()
+    error: str | None = None
+    arguments = call.arguments if isinstance(call.arguments, dict) else {}
+    try:
+        if not isinstance(call.arguments, dict):
+            raise Unparseable("arguments are not an object")
+        if call.tool == "bash":
+            _bash(arguments, f)
+        elif call.tool in ("read_file", "list_dir", "write_file", "edit_file"):
+            _file_tool(call.tool, arguments, f)
+    except Unparseable as exc:
+        error = str(exc)
+    except RecursionError:
+        error = "nested too deeply"
+    return NormalizedCall(
+        tool=call.tool,
+        text=_render(call.tool, f, error),
+        commands=tuple(f.commands),
+        paths=tuple(dict.fromkeys(f.paths)),
+        code=tuple(b.text for b in f.blocks),
+        parse_error=error,
+        facts=tuple(dict.fromkeys(f.facts)),
+        blocks=tuple(f.blocks),
+    )
+
+
+__all__ = ["normalize"]

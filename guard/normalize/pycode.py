@@ -1,0 +1,380 @@
+"""What Python code does, read from its AST: imports, calls, patches, exit tricks, hooks.
+
+Facts are short strings rules match with regexes; names are resolved through import aliases, so
+``from urllib import request as r; r.urlopen(u)`` yields ``call:urllib.request.urlopen`` while
+``urllib.parse.quote`` stays harmless. Shell strings handed to ``os.system`` / ``subprocess`` and
+code handed to ``exec`` (also base64- or hex-encoded) are returned for the caller to scan in turn.
+Code that does not parse falls back to a regex scan (Python 2 scripts, fragments of an edit).
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import binascii
+import codecs
+import re
+from dataclasses import dataclass, field
+
+_SHELL_CALLS = frozenset(
+    {
+        "os.system",
+        "os.popen",
+        "subprocess.run",
+        "subprocess.call",
+        "subprocess.check_call",
+        "subprocess.check_output",
+        "subprocess.Popen",
+        "subprocess.getoutput",
+        "subprocess.getstatusoutput",
+        "commands.getoutput",
+        "pty.spawn",
+        "asyncio.create_subprocess_shell",
+        "asyncio.create_subprocess_exec",
+        "os.execv",
+        "os.execvp",
+        "os.execvpe",
+        "os.execl",
+        "os.execlp",
+        "os.spawnv",
+        "os.spawnvp",
+        "os.posix_spawn",
+        "os.posix_spawnp",
+    }
+)
+_EXEC_CALLS = frozenset({"exec", "eval", "compile", "builtins.exec", "builtins.eval"})
+_EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort", "builtins.exit"})
+_FRAME_ATTRS = frozenset({"f_back", "f_locals", "f_globals", "tb_frame", "gi_frame", "f_code"})
+_PATHLIKE = re.compile(r"^(?:/|\.{1,2}/|~/)|^[\w.-]+/[\w./*?-]")
+_URL = re.compile(r"\b([a-z][a-z0-9+.-]*)://([^/\s'\"]*)", re.I)
+MAX_FACT_ARG = 160
+
+
+@dataclass
+class PythonFacts:
+    facts: list[str] = field(default_factory=list)
+    shell: list[str | list[str]] = field(default_factory=list)  # strings or argv lists to run
+    python: list[str] = field(default_factory=list)  # code handed to exec/eval
+    paths: list[str] = field(default_factory=list)
+
+
+def _const_str(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str | bytes):
+        value = node.value
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    if isinstance(node, ast.JoinedStr):
+        parts = [_const_str(v) if not isinstance(v, ast.FormattedValue) else "{}" for v in node.values]
+        return "".join(p or "" for p in parts)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _const_str(node.left), _const_str(node.right)
+        if left is not None and right is not None:
+            return left + right
+    return None
+
+
+class _Visitor(ast.NodeVisitor):
+    def __init__(self, out: PythonFacts) -> None:
+        self.out = out
+        self.aliases: dict[str, str] = {}
+        self.strings: dict[str, str] = {}  # simple NAME = "constant" assignments
+
+    # ---- names -------------------------------------------------------------------------------
+    def dotted(self, node: ast.AST) -> str | None:
+        if isinstance(node, ast.Name):
+            return self.aliases.get(node.id, node.id)
+        if isinstance(node, ast.Attribute):
+            base = self.dotted(node.value)
+            return f"{base}.{node.attr}" if base else None
+        if isinstance(node, ast.Call):
+            func = self.dotted(node.func)
+            if func in ("__import__", "importlib.import_module") and node.args:
+                return _const_str(node.args[0])
+            if func in ("getattr",) and len(node.args) >= 2:
+                base, attr = self.dotted(node.args[0]), _const_str(node.args[1])
+                return f"{base}.{attr}" if base and attr else None
+            if func:
+                first = self.string(node.args[0]) if node.args else None
+                return f"{func}({first[:MAX_FACT_ARG]!r})" if first is not None else f"{func}()"
+        return None
+
+    def string(self, node: ast.AST) -> str | None:
+        value = _const_str(node)
+        if value is None and isinstance(node, ast.Name):
+            value = self.strings.get(node.id)
+        return value
+
+    # ---- visitors ----------------------------------------------------------------------------
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self.out.facts.append(f"import:{alias.name}")
+            if alias.asname:
+                self.aliases[alias.asname] = alias.name
+            else:
+                self.aliases.setdefault(alias.name.split(".")[0], alias.name.split(".")[0])
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        self.out.facts.append(f"import:{module}")
+        for alias in node.names:
+            self.out.facts.append(f"import:{module}.{alias.name}")
+            self.aliases[alias.asname or alias.name] = f"{module}.{alias.name}"
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        value = _const_str(node.value)
+        for target in node.targets:
+            self._assigned(target, node.value)
+            if value is not None and isinstance(target, ast.Name):
+                self.strings[target.id] = value
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._assigned(node.target, node.value)
+        self.generic_visit(node)
+
+    def _assigned(self, target: ast.AST, value: ast.AST) -> None:
+        if isinstance(target, ast.Attribute | ast.Subscript):
+            name = self.dotted(target) if isinstance(target, ast.Attribute) else None
+            if name:
+                self.out.facts.append(f"assign:{name}")
+            if isinstance(target, ast.Attribute):
+                self.out.facts.append(f"assign_attr:{target.attr}")
+        if isinstance(target, ast.Name) and target.id in ("__eq__", "__ne__") and _always_const(value):
+            self.out.facts.append("always_equal")
+        if isinstance(target, ast.Tuple | ast.List):
+            for elt in target.elts:
+                self._assigned(elt, value)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self.out.facts.append(f"def:{node.name}")
+        if node.name.startswith("pytest_"):
+            self.out.facts.append(f"hook:{node.name}")
+        if node.name in ("__eq__", "__ne__") and _returns_only_constant(node):
+            self.out.facts.append("always_equal")
+        if node.name.startswith("test") and not _has_check(node):
+            self.out.facts.append(f"test_without_assert:{node.name}")
+        for deco in node.decorator_list:
+            target = deco.func if isinstance(deco, ast.Call) else deco
+            name = self.dotted(target)
+            if name:
+                self.out.facts.append(f"decorator:{name}")
+        self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        for deco in node.decorator_list:
+            target = deco.func if isinstance(deco, ast.Call) else deco
+            name = self.dotted(target)
+            if name:
+                self.out.facts.append(f"decorator:{name}")
+        self.generic_visit(node)
+
+    def visit_Assert(self, node: ast.Assert) -> None:
+        if _always_true(node.test):
+            self.out.facts.append("trivial_assert")
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if node.attr in _FRAME_ATTRS:
+            self.out.facts.append("frame_access")
+        self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str) and len(node.value) < 4096:
+            for scheme, host in _URL.findall(node.value):
+                self.out.facts.append(f"url:{scheme.lower()}://{host.lower()}")
+            if _PATHLIKE.match(node.value) and "\n" not in node.value:
+                self.out.paths.append(node.value)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        name = self.dotted(node.func)
+        if name:
+            args = [s for s in (self.string(a) for a in node.args[:2]) if s is not None]
+            rendered = ", ".join(repr(a[:MAX_FACT_ARG]) for a in args)
+            self.out.facts.append(f"call:{name}({rendered})")
+            self._special_call(name, node)
+        self.generic_visit(node)
+
+    def _special_call(self, name: str, node: ast.Call) -> None:
+        first = node.args[0] if node.args else None
+        if name in _SHELL_CALLS and first is not None:
+            if isinstance(first, ast.List | ast.Tuple):
+                argv = [self.string(e) for e in first.elts]
+                if argv and all(a is not None for a in argv):
+                    self.out.shell.append([a for a in argv if a is not None])
+            elif (text := self.string(first)) is not None:
+                if name.startswith("os.exec") or name.startswith("os.spawn") or "exec" in name:
+                    self.out.shell.append([text, *[self.string(a) or "" for a in node.args[1:]]])
+                else:
+                    self.out.shell.append(text)
+        elif name in _EXEC_CALLS and first is not None:
+            decoded = self._decoded(first)
+            if decoded is not None:
+                self.out.python.append(decoded)
+        elif name in ("setattr", "builtins.setattr") and len(node.args) >= 2:
+            base, attr = self.dotted(node.args[0]), self.string(node.args[1])
+            if base and attr:
+                self.out.facts.append(f"assign:{base}.{attr}")
+                self.out.facts.append(f"assign_attr:{attr}")
+        elif name in ("importlib.import_module", "__import__") and first is not None:
+            module = self.string(first)
+            if module:
+                self.out.facts.append(f"import:{module}")
+
+    def _decoded(self, node: ast.AST) -> str | None:
+        """Code passed to exec: a literal, or a literal run through base64/hex/rot13/decode()."""
+        value = self.string(node)
+        if value is not None:
+            return value
+        if not isinstance(node, ast.Call):
+            return None
+        name = self.dotted(node.func) or ""
+        if name.endswith(".decode()") or (
+            isinstance(node.func, ast.Attribute) and node.func.attr == "decode"
+        ):
+            inner = node.func.value if isinstance(node.func, ast.Attribute) else None
+            return self._decoded(inner) if inner is not None else None
+        arg = self._decoded(node.args[0]) if node.args else None
+        if arg is None:
+            return None
+        try:
+            if name in ("base64.b64decode", "base64.standard_b64decode", "base64.urlsafe_b64decode"):
+                return base64.b64decode(arg + "=" * (-len(arg) % 4)).decode("utf-8", "replace")
+            if name == "base64.b32decode":
+                return base64.b32decode(arg).decode("utf-8", "replace")
+            if name in ("bytes.fromhex", "binascii.unhexlify", "binascii.a2b_hex"):
+                return bytes.fromhex(arg).decode("utf-8", "replace")
+            if name == "codecs.decode":
+                return codecs.decode(arg, "rot13")
+        except (binascii.Error, ValueError):
+            return None
+        return None
+
+
+def _always_const(node: ast.AST) -> bool:
+    return isinstance(node, ast.Lambda) and isinstance(node.body, ast.Constant)
+
+
+def _returns_only_constant(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """``__eq__`` whose every path returns the same constant, whatever ``other`` is."""
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if len(body) != 1 or not isinstance(body[0], ast.Return):
+        return False
+    value = body[0].value
+    return (isinstance(value, ast.Constant) and value.value in (True, False, 1, 0)) or _always_true(value)
+
+
+def _always_true(node: ast.AST | None) -> bool:
+    if isinstance(node, ast.Constant):
+        return bool(node.value) and node.value is not Ellipsis
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+        return any(_always_true(v) for v in node.values)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return isinstance(node.operand, ast.Constant) and not node.operand.value
+    return False
+
+
+def _has_check(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assert | ast.Raise | ast.With | ast.AsyncWith):
+            return True
+        if isinstance(node, ast.Call):
+            func = node.func
+            attr = (
+                func.attr
+                if isinstance(func, ast.Attribute)
+                else func.id
+                if isinstance(func, ast.Name)
+                else ""
+            )
+            if attr.startswith(("assert", "check", "verify", "expect", "fail")) or attr in ("raises",):
+                return True
+    return False
+
+
+def _is_main_guard(node: ast.If) -> bool:
+    test = node.test
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
+    )
+
+
+def _exit_code(args: list[ast.expr]) -> str:
+    if not args:
+        return "0"
+    arg = args[0]
+    if isinstance(arg, ast.Constant):
+        return "0" if arg.value in (0, None, False) else str(arg.value)[:20]
+    return "expr"
+
+
+def _toplevel_exits(body: list[ast.stmt], visitor: _Visitor, conditional: bool = False) -> list[str]:
+    """Exits at import time: module-level statements (through if/try/with, not functions or the
+    ``if __name__ == "__main__"`` block) that call sys.exit/os._exit or raise SystemExit. Each as
+    ``toplevel_exit:<code>`` or, under an if/try/loop, ``toplevel_exit_cond:<code>``."""
+    found: list[str] = []
+    kind = "toplevel_exit_cond" if conditional else "toplevel_exit"
+    for stmt in body:
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        if isinstance(stmt, ast.If):
+            if not _is_main_guard(stmt):
+                found += _toplevel_exits(stmt.body, visitor, True) + _toplevel_exits(
+                    stmt.orelse, visitor, True
+                )
+            continue
+        if isinstance(stmt, ast.Try):
+            found += _toplevel_exits(stmt.body, visitor, conditional)
+            for b in (stmt.orelse, stmt.finalbody, *[h.body for h in stmt.handlers]):
+                found += _toplevel_exits(b, visitor, True)
+            continue
+        if isinstance(stmt, ast.With):
+            found += _toplevel_exits(stmt.body, visitor, conditional)
+            continue
+        if isinstance(stmt, ast.For | ast.While):
+            found += _toplevel_exits(stmt.body, visitor, True)
+            continue
+        if isinstance(stmt, ast.Raise) and stmt.exc is not None:
+            exc = stmt.exc
+            name = visitor.dotted(exc.func if isinstance(exc, ast.Call) else exc)
+            if name in ("SystemExit", "KeyboardInterrupt", "builtins.SystemExit"):
+                found.append(f"{kind}:{_exit_code(exc.args if isinstance(exc, ast.Call) else [])}")
+            continue
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Call) and visitor.dotted(node.func) in _EXIT_CALLS:
+                via = "os" if visitor.dotted(node.func) in ("os._exit", "os.abort") else "sys"
+                found.append(f"{kind}:{_exit_code(node.args)}")
+                if via == "os":
+                    found.append(f"{kind}:os_exit")
+    return found
+
+
+_FALLBACK_IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import|import\s+([\w., ]+))", re.M)
+_FALLBACK_CALL = re.compile(r"\b([A-Za-z_][\w.]*)\s*\(")
+
+
+def python_facts(code: str) -> PythonFacts:
+    """Facts about ``code``; a fragment that does not parse is scanned with regexes instead."""
+    out = PythonFacts()
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        out.facts.append("python_syntax_error")
+        for frm, imp in _FALLBACK_IMPORT.findall(code):
+            for name in (frm, *imp.split(",")):
+                if name.strip():
+                    out.facts.append(f"import:{name.strip().split(' ')[0]}")
+        out.facts.extend(f"call:{name}()" for name in _FALLBACK_CALL.findall(code))
+        for scheme, host in _URL.findall(code):
+            out.facts.append(f"url:{scheme.lower()}://{host.lower()}")
+        return out
+    visitor = _Visitor(out)
+    try:
+        visitor.visit(tree)
+        out.facts.extend(_toplevel_exits(tree.body, visitor))
+    except RecursionError:
+        out.facts.append("python_too_deep")
+    return out

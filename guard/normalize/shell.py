@@ -1,0 +1,691 @@
+"""Bash, as the shell would run it: tree-sitter-bash parses, this module walks the tree.
+
+Why tree-sitter: it is a C parser (a typical agent command parses in a few microseconds; bashlex,
+pure Python, takes 150-500 µs before any rule runs) and it covers the whole grammar (heredocs,
+process substitution, ``${x,,}``, arrays). Its error recovery marks what it cannot parse with
+ERROR/MISSING nodes; such a call is reported as unparseable, never guessed at.
+
+The walk keeps the little state a static reading can trust: variables assigned in the command,
+the working directory (``cd``), files written by earlier parts of the same command (so ``cat > x.py
+<<EOF ... EOF; python x.py`` scans what runs) and the static output of pure text stages (so
+``echo ... | base64 -d | sh`` is read as the command it decodes to). Everything found is recorded
+in a ``Findings`` collector; nesting (``bash -c``, ``eval``, decoded payloads, code handed to
+``os.system``) recurses with a depth bound, and a node budget bounds the total work.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass, field
+
+import tree_sitter_bash
+from tree_sitter import Language, Node, Parser
+
+from guard.normalize import programs
+from guard.normalize.decode import static_output
+from guard.normalize.foreign import foreign_facts
+from guard.normalize.pycode import python_facts
+from guard.normalize.words import c_unescape, expand_parameter, unescape_double_quoted, unescape_word
+from guard.paths import WORKSPACE, absolute
+from guard.types import CodeBlock, Command
+
+MAX_NESTING = 6  # bash -c inside eval inside base64 inside ...
+MAX_NODE_DEPTH = 120  # syntax-tree depth walked recursively
+MAX_NODES = 40_000  # syntax nodes visited per call, all nesting levels together
+MAX_COMMANDS = 1_000
+MAX_CODE_CHARS = 256 * 1024
+MAX_LOOP_VALUES = 4
+
+_LANGUAGE = Language(tree_sitter_bash.language())
+_PARSER = Parser(_LANGUAGE)
+_DEFAULT_VARS = {"HOME": "/root", "USER": "root", "SHELL": "/bin/bash", "PWD": WORKSPACE, "IFS": " "}
+_SPLIT_KINDS = frozenset({"simple_expansion", "expansion", "command_substitution"})
+_QUOTED_KINDS = frozenset({"string", "raw_string", "ansi_c_string"})
+_PATTERN_FIRST = frozenset({"sed", "grep", "egrep", "fgrep", "rg", "ag", "ack", "awk", "gawk", "jq"})
+_WRITE_OPS = frozenset({">", ">>", ">|", "&>", "&>>"})
+_NULL_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "-"})
+_EXT_LANG = {
+    ".py": "python",
+    ".pyw": "python",
+    ".pth": "pth",
+    ".sh": "shell",
+    ".bash": "shell",
+    ".js": "node",
+    ".mjs": "node",
+    ".cjs": "node",
+    ".ts": "node",
+    ".pl": "perl",
+    ".rb": "ruby",
+    ".php": "php",
+    ".awk": "awk",
+    ".cfg": "config",
+    ".ini": "config",
+    ".toml": "config",
+}
+_CONFIG_NAMES = frozenset({"pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "conftest.py"})
+
+
+class Unparseable(Exception):
+    """The call cannot be read statically (syntax error, too big, too deep): escalate it."""
+
+
+def lang_for_path(path: str) -> str | None:
+    name = posixpath.basename(path)
+    if name in _CONFIG_NAMES and not name.endswith(".py"):
+        return "config"
+    return _EXT_LANG.get(posixpath.splitext(name)[1].lower())
+
+
+@dataclass
+class Findings:
+    """Everything one call does, gathered across all nesting levels."""
+
+    commands: list[Command] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+    facts: list[str] = field(default_factory=list)
+    blocks: list[CodeBlock] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)  # absolute path -> content written here
+    nodes: int = 0
+
+    def add_path(self, path: str, cwd: str = WORKSPACE) -> str:
+        full = absolute(path, cwd)
+        self.paths.append(full)
+        return full
+
+    def add_code(self, lang: str, text: str, origin: str, path: str | None, depth: int, cwd: str) -> None:
+        """Record a code block and scan it: facts, and nested shell or code it hands on."""
+        if depth > MAX_NESTING:
+            raise Unparseable("code nested too deeply")
+        if len(text) > MAX_CODE_CHARS:
+            raise Unparseable(f"code block over {MAX_CODE_CHARS} characters")
+        facts: list[str] = []
+        if lang in ("python", "pth"):
+            source = (
+                text
+                if lang == "python"
+                else "\n".join(line for line in text.splitlines() if line.startswith(("import ", "import\t")))
+            )
+            pf = python_facts(source)
+            facts = pf.facts
+            for p in pf.paths:
+                self.add_path(p, cwd)
+            for item in pf.shell:
+                sub = ShellWalker(self, depth + 1, "python subprocess", cwd)
+                if isinstance(item, list):
+                    sub.dispatch(item, None, depth + 1)
+                else:
+                    sub.run(item)
+            for inner in pf.python:
+                self.add_code("python", inner, origin, None, depth + 1, cwd)
+        elif lang == "shell":
+            ShellWalker(self, depth + 1, f"{origin}:{path}" if origin == "write" else "script", cwd).run(text)
+        elif lang not in ("config", "text"):
+            ff = foreign_facts(lang, text)
+            facts = ff.facts
+            for p in ff.paths:
+                self.add_path(p, cwd)
+            for cmd in ff.shell:
+                ShellWalker(self, depth + 1, f"{lang} system", cwd).run(c_unescape(cmd))
+        self.blocks.append(CodeBlock(lang, text, origin, path, tuple(dict.fromkeys(facts))))
+
+    def note_write(self, path: str, content: str | None, cwd: str, depth: int) -> None:
+        """A file written (or truncated) by the call; its content is scanned as code when known."""
+        full = self.add_path(path, cwd)
+        self.facts.append(f"write:{full}")
+        if content is None:
+            return
+        if not content.strip():
+            self.facts.append(f"write_empty:{full}")
+        self.files[full] = content
+        lang = lang_for_path(full)
+        if lang:
+            self.add_code(lang, content, "write", full, depth, cwd)
+
+
+def parse_tree(script: str) -> Node:
+    tree = _PARSER.parse(script.encode("utf-8", "surrogatepass"))
+    root = tree.root_node
+    if root.has_error:
+        raise Unparseable(f"shell syntax error near: {_first_error(root)!r}")
+    return root
+
+
+def _first_error(node: Node) -> str:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type == "ERROR" or n.is_missing:
+            return (n.text or b"").decode("utf-8", "replace")[:60]
+        stack.extend(reversed(n.children))
+    return ""
+
+
+def _text(node: Node) -> str:
+    return (node.text or b"").decode("utf-8", "replace")
+
+
+class ShellWalker:
+    """Walks one shell script; nested scripts get their own walker over the same ``Findings``."""
+
+    def __init__(self, findings: Findings, depth: int, source: str, cwd: str = WORKSPACE) -> None:
+        if depth > MAX_NESTING:
+            raise Unparseable("shell nested too deeply")
+        self.f = findings
+        self.depth = depth
+        self.source = source
+        self.cwd = cwd
+        self.vars: dict[str, str] = dict(_DEFAULT_VARS)
+        self.fd = 63
+
+    # ---- entry -------------------------------------------------------------------------------
+    def run(self, script: str, stdin: str | None = None) -> str | None:
+        return self.stmt(parse_tree(script), stdin, 0)
+
+    def _tick(self, level: int) -> None:
+        self.f.nodes += 1
+        if self.f.nodes > MAX_NODES:
+            raise Unparseable("command too large to analyse")
+        if level > MAX_NODE_DEPTH:
+            raise Unparseable("command nested too deeply")
+
+    # ---- statements --------------------------------------------------------------------------
+    def stmt(self, node: Node, stdin: str | None, level: int) -> str | None:
+        """Walk a statement; return what it prints when that is statically known."""
+        self._tick(level)
+        kind = node.type
+        if kind == "command":
+            return self.command(node, [], stdin, level)
+        if kind == "redirected_statement":
+            body = node.child_by_field_name("body")
+            redirects = [c for c in node.children if c.type.endswith("redirect")]
+            if body is not None and body.type == "command":
+                return self.command(body, redirects, stdin, level)
+            in_text, writes, after = self.redirects(redirects, level)
+            out = self.stmt(body, in_text if in_text is not None else stdin, level + 1) if body else None
+            self.finish_writes(writes, out)
+            return self.after_heredoc(after, out, level) if after else (None if writes else out)
+        if kind == "pipeline":
+            out = stdin
+            for child in node.named_children:
+                out = self.stmt(child, out, level + 1)
+            return out
+        if kind == "variable_assignment":
+            self.assign(node, level)
+            return None
+        if kind in ("declaration_command", "unset_command"):
+            for child in node.named_children:
+                if child.type == "variable_assignment":
+                    self.assign(child, level)
+            return None
+        if kind == "for_statement":
+            return self.for_loop(node, level)
+        if kind in ("comment", "heredoc_body", "heredoc_start", "heredoc_end"):
+            return None
+        if kind in ("command_substitution", "process_substitution"):
+            return self.substitution(node, level)
+        if kind in ("program", "list", "subshell", "compound_statement"):
+            outs = [
+                self.stmt(c, stdin if i == 0 else None, level + 1) for i, c in enumerate(node.named_children)
+            ]
+            known = [o for o in outs if o is not None]
+            return "".join(known) if outs and len(known) == len(outs) else None
+        for child in node.named_children:
+            self.stmt(child, None, level + 1)
+        return None
+
+    def for_loop(self, node: Node, level: int) -> None:
+        var = node.child_by_field_name("variable")
+        values = [self.words(v, level)[0] for v in node.children_by_field_name("value")]
+        flat = [w for ws in values for w in ws][:MAX_LOOP_VALUES]
+        body = node.child_by_field_name("body")
+        for value in flat or [""]:
+            if var is not None:
+                self.vars[_text(var)] = value
+            if body is not None:
+                self.stmt(body, None, level + 1)
+        return None
+
+    def assign(self, node: Node, level: int) -> None:
+        name = node.child_by_field_name("name")
+        value = node.child_by_field_name("value")
+        if name is None:
+            return
+        if value is None:
+            self.vars[_text(name)] = ""
+            return
+        if value.type == "array":
+            parts = [self.word(c, level)[0] for c in value.named_children]
+            self.vars[_text(name)] = " ".join(parts)
+            return
+        text, dynamic = self.word(value, level)
+        if dynamic:
+            self.vars.pop(_text(name), None)
+        else:
+            self.vars[_text(name)] = text
+
+    def substitution(self, node: Node, level: int) -> str | None:
+        outs = [self.stmt(c, None, level + 1) for c in node.named_children]
+        known = [o for o in outs if o is not None]
+        return "".join(known) if outs and len(known) == len(outs) else None
+
+    # ---- simple commands ---------------------------------------------------------------------
+    def command(self, node: Node, redirects: list[Node], stdin: str | None, level: int) -> str | None:
+        words: list[Node] = []
+        redirects = list(redirects)
+        assigns: list[Node] = []
+        for i, child in enumerate(node.children):
+            field_name = node.field_name_for_child(i)
+            if child.type == "variable_assignment":
+                assigns.append(child)
+            elif child.type.endswith("redirect"):
+                redirects.append(child)
+            elif field_name in ("name", "argument"):
+                words.append(child)
+        for a in assigns:
+            self.assign(a, level)
+        in_text, writes, after = self.redirects(redirects, level)
+        if in_text is not None:
+            stdin = in_text
+        out: str | None = None
+        if words:
+            argv: list[str] = []
+            dynamic_program = False
+            for i, w in enumerate(words):
+                if w.type == "command_name" and w.named_child_count == 1:
+                    w = w.named_children[0]
+                parts, dynamic = self.words(w, level)
+                argv.extend(parts)
+                if i == 0 and (dynamic or not parts):
+                    dynamic_program = True
+            if dynamic_program:
+                self.f.facts.append(f"dynamic_program:{_text(words[0])[:80]}")
+            if argv:
+                out = self.dispatch(argv, stdin, level)
+        self.finish_writes(writes, out)
+        if after:
+            return self.after_heredoc(after, out, level)
+        return None if writes else out
+
+    def after_heredoc(self, after: list[Node], out: str | None, level: int) -> str | None:
+        """tree-sitter hangs the rest of a heredoc's first line (``| cmd``, ``&& cmd``) on the
+        heredoc node; run it here with the right input."""
+        result = out
+        for node in after:
+            if node.type == "pipeline":
+                for child in node.named_children:
+                    result = self.stmt(child, result, level + 1)
+            else:
+                result = self.stmt(node, None, level + 1)
+        return result
+
+    def redirects(
+        self, redirects: list[Node], level: int
+    ) -> tuple[str | None, list[tuple[str, str]], list[Node]]:
+        """Input text, files written (path, operator) and statements trailing a heredoc line."""
+        stdin: str | None = None
+        writes: list[tuple[str, str]] = []
+        after: list[Node] = []
+        for r in redirects:
+            if r.type == "heredoc_redirect":
+                strip_tabs = any(c.type == "<<-" for c in r.children)
+                for child in r.children:
+                    if child.type == "heredoc_body":
+                        body = _text(child)
+                        stdin = re.sub(r"(?m)^\t+", "", body) if strip_tabs else body
+                    elif child.type == "file_redirect":
+                        _, more, _ = self.redirects([child], level)
+                        writes.extend(more)
+                    elif (
+                        child.type in ("pipeline", "command", "list", "redirected_statement")
+                        or r.field_name_for_child(r.children.index(child)) == "right"
+                    ):
+                        after.append(child)
+            elif r.type == "herestring_redirect":
+                for child in r.named_children:
+                    stdin = self.word(child, level)[0] + "\n"
+            elif r.type == "file_redirect":
+                dest = r.child_by_field_name("destination")
+                ops = [c.type for c in r.children if not c.is_named]
+                op = ops[0] if ops else ">"
+                descriptor = r.child_by_field_name("descriptor")
+                if dest is None or dest.type == "number" or _text(dest) == "-":
+                    continue
+                target = self.word(dest, level)[0]
+                if op in ("<", "<>"):
+                    full = self.f.add_path(target, self.cwd)
+                    stdin = self.f.files.get(full)
+                elif op in _WRITE_OPS or op == ">&":
+                    if target in _NULL_SINKS:
+                        continue
+                    if descriptor is not None and _text(descriptor) == "2":
+                        self.f.add_path(target, self.cwd)
+                        continue
+                    writes.append((target, op))
+        return stdin, writes, after
+
+    def finish_writes(self, writes: list[tuple[str, str]], out: str | None) -> None:
+        for target, op in writes:
+            full = absolute(target, self.cwd)
+            content = out
+            if op in (">>", "&>>") and out is not None:
+                content = self.f.files.get(full, "") + out
+                if full not in self.f.files:
+                    self.f.facts.append(f"append:{full}")
+            self.f.note_write(target, content, self.cwd, self.depth)
+
+    # ---- words -------------------------------------------------------------------------------
+    def words(self, node: Node, level: int) -> tuple[list[str], bool]:
+        """A word node as argv entries: unquoted expansions split on whitespace like the shell."""
+        text, dynamic = self.word(node, level)
+        if dynamic or not any(ch in text for ch in " \t\n"):
+            return [text], dynamic
+        kinds = {c.type for c in node.children} if node.type == "concatenation" else {node.type}
+        if kinds & _SPLIT_KINDS and not kinds & _QUOTED_KINDS:
+            return text.split(), dynamic
+        return [text], dynamic
+
+    def word(self, node: Node, level: int) -> tuple[str, bool]:
+        """The value of one word node and whether it depends on something unknown."""
+        self._tick(level)
+        kind = node.type
+        if kind == "word":
+            return unescape_word(_text(node)), False
+        if kind == "raw_string":
+            return _text(node)[1:-1], False
+        if kind == "ansi_c_string":
+            return c_unescape(_text(node)[2:-1]), False
+        if kind in ("string", "translated_string", "concatenation", "command_name"):
+            parts: list[str] = []
+            dynamic = False
+            for child in node.children:
+                if child.type == "string_content":
+                    parts.append(unescape_double_quoted(_text(child)))
+                elif child.type in ('"', "$"):
+                    continue
+                elif child.is_named:
+                    value, dyn = self.word(child, level + 1)
+                    parts.append(value)
+                    dynamic = dynamic or dyn
+            return "".join(parts), dynamic
+        if kind == "simple_expansion":
+            name = _text(node)[1:]
+            if name in self.vars:
+                return self.vars[name], False
+            return _text(node), True
+        if kind == "expansion":
+            for child in node.named_children:
+                if child.type in ("command_substitution", "process_substitution"):
+                    self.substitution(child, level + 1)
+            value = expand_parameter(_text(node), self.vars)
+            return (value, False) if value is not None else (_text(node), True)
+        if kind == "command_substitution":
+            out = self.substitution(node, level + 1)
+            return (out.rstrip("\n"), False) if out is not None else (_text(node), True)
+        if kind == "process_substitution":
+            out = self.substitution(node, level + 1)
+            self.fd -= 1
+            name = f"/dev/fd/{self.fd}"
+            if out is not None:
+                self.f.files[name] = out
+            return name, False
+        if kind in ("number", "arithmetic_expansion", "brace_expression", "special_variable_name"):
+            return _text(node), False
+        for child in node.named_children:
+            if child.type in ("command_substitution", "process_substitution"):
+                self.substitution(child, level + 1)
+        return _text(node), True
+
+    # ---- what a command does -----------------------------------------------------------------
+    def dispatch(
+        self, argv: list[str], stdin: str | None, level: int, source: str | None = None
+    ) -> str | None:
+        """Record ``argv`` as a command, look through wrappers and nested shells, run static
+        text transforms; return the command's output when known."""
+        if len(self.f.commands) >= MAX_COMMANDS:
+            raise Unparseable("too many commands")
+        word = argv[0]
+        name = programs.program_name(word)
+        if any(ch in name for ch in "*?[") and (matches := programs.expand_program_glob(name)):
+            out = None
+            for candidate in matches:
+                out = self.dispatch([candidate, *argv[1:]], stdin, level, source)
+            return out if len(matches) == 1 else None
+        argv = [name, *argv[1:]]
+        source = source or self.source
+        if name == "git":
+            argv = _canonical_git(argv)
+        self.f.commands.append(Command(name, tuple(argv), source))
+        self.collect_paths(name, argv)
+
+        if name == "cd":
+            target = next((a for a in argv[1:] if not a.startswith("-")), "/root")
+            self.cwd = absolute(target, self.cwd)
+            self.vars["PWD"] = self.cwd
+            return None
+        if name in ("export", "declare", "typeset", "local", "readonly"):
+            for arg in argv[1:]:
+                if "=" in arg and re.match(r"^[A-Za-z_]\w*=", arg):
+                    key, _, value = arg.partition("=")
+                    self.vars[key] = value
+            return None
+        unwrapped = programs.unwrap(name, argv)
+        if unwrapped is not None:
+            inner, shell_string = unwrapped
+            if shell_string:
+                return self.nested(" ".join(inner), stdin, name)
+            if name == "xargs" and stdin is not None:
+                inner = _xargs_inner(argv, inner, stdin)
+            return self.dispatch(inner, stdin, level, name)
+        if name == "find":
+            for inner in programs.find_exec(argv):
+                self.dispatch(inner, None, level, "find -exec")
+            return None
+        if name in programs.SHELLS:
+            return self.shell(argv, stdin, name)
+        if name in ("eval",):
+            return self.nested(" ".join(argv[1:]), stdin, "eval")
+        if name in ("source", "."):
+            if len(argv) > 1:
+                content = self.f.files.get(absolute(argv[1], self.cwd)) or self.f.files.get(argv[1])
+                if content is None and argv[1] in ("/dev/stdin", "-"):
+                    content = stdin
+                if content is not None:
+                    return self.nested(content, None, "source")
+            return None
+        if programs.is_python(name):
+            return self.python(argv, stdin)
+        lang = programs.INTERPRETERS.get(name)
+        if lang is not None:
+            return self.interpreter(lang, argv, stdin)
+        if name in ("tee",):
+            for target in (a for a in argv[1:] if not a.startswith("-")):
+                if target not in _NULL_SINKS:
+                    self.f.note_write(target, stdin, self.cwd, self.depth)
+            return stdin
+        self.note_file_effects(name, argv)
+        return static_output(name, argv, stdin, self.f.files, lambda p: absolute(p, self.cwd))
+
+    def collect_paths(self, name: str, argv: list[str]) -> None:
+        args = argv[1:]
+        if name in _PATTERN_FIRST and not any(a in ("-e", "-f", "--regexp", "--file") for a in args):
+            first = next((i for i, a in enumerate(args) if not a.startswith("-")), None)
+            if first is not None:
+                args = args[:first] + args[first + 1 :]
+        for arg in args:
+            value = arg
+            if arg.startswith("-"):
+                if "=" not in arg:
+                    continue
+                value = arg.split("=", 1)[1]
+            elif "=" in arg and name in ("dd",):
+                value = arg.split("=", 1)[1]
+            if not value or "://" in value or len(value) > 4096 or any(ch.isspace() for ch in value):
+                continue
+            if "/" in value or value.startswith((".", "~")) or self.cwd != WORKSPACE:
+                self.f.add_path(value, self.cwd)
+
+    def note_file_effects(self, name: str, argv: list[str]) -> None:
+        """Deletions, moves, truncations and in-place edits, as ``delete:``/``write:`` facts."""
+        operands = [a for a in argv[1:] if not a.startswith("-")]
+        if name in ("rm", "unlink", "shred", "rmdir"):
+            self.f.facts.extend(f"delete:{absolute(p, self.cwd)}" for p in operands)
+        elif name == "mv" and len(operands) >= 2:
+            self.f.facts.extend(f"delete:{absolute(p, self.cwd)}" for p in operands[:-1])
+            self.f.facts.append(f"write:{absolute(operands[-1], self.cwd)}")
+        elif name in ("cp", "install", "ln") and len(operands) >= 2:
+            self.f.facts.append(f"write:{absolute(operands[-1], self.cwd)}")
+            if operands[0] == "/dev/null":
+                self.f.facts.append(f"write_empty:{absolute(operands[-1], self.cwd)}")
+        elif name == "truncate":
+            size = next((a for a in argv if a.startswith(("-s", "--size"))), "")
+            sized = size in ("-s", "--size") and "-s0" not in argv
+            values = operands[1:] if sized else operands
+            for p in values:
+                self.f.facts.append(f"write_empty:{absolute(p, self.cwd)}")
+        elif name in ("sed", "perl", "awk", "gawk") and any(a.startswith(("-i", "--in-place")) for a in argv):
+            for p in operands[1:]:
+                self.f.facts.append(f"write:{absolute(p, self.cwd)}")
+        elif name == "dd":
+            for arg in argv[1:]:
+                if arg.startswith("of="):
+                    self.f.facts.append(f"write:{absolute(arg[3:], self.cwd)}")
+        elif name in ("chmod", "chattr") and operands[:1] in (["000"], ["0"], ["a-r"], ["-r"]):
+            self.f.facts.extend(f"write_empty:{absolute(p, self.cwd)}" for p in operands[1:])
+
+    def nested(self, script: str, stdin: str | None, source: str) -> str | None:
+        return ShellWalker(self.f, self.depth + 1, source, self.cwd).run(script, stdin)
+
+    def shell(self, argv: list[str], stdin: str | None, name: str) -> str | None:
+        i = 1
+        while i < len(argv):
+            arg = argv[i]
+            if arg in programs.SHELL_VALUE_OPTS:
+                i += 2
+                continue
+            if arg.startswith("-") and not arg.startswith("--") and "c" in arg[1:]:
+                if i + 1 < len(argv):
+                    return self.nested(argv[i + 1], stdin, f"{name} -c")
+                return None
+            if arg.startswith(("-", "+")) and len(arg) > 1:
+                i += 1
+                continue
+            content = self.f.files.get(absolute(arg, self.cwd)) or self.f.files.get(arg)
+            if content is not None:
+                return self.nested(content, stdin, f"{name} {arg}")
+            return None
+        if stdin is not None:
+            return self.nested(stdin, None, f"{name} stdin")
+        self.f.facts.append(f"shell_reads_unknown_input:{name}")
+        return None
+
+    def python(self, argv: list[str], stdin: str | None) -> str | None:
+        i = 1
+        while i < len(argv):
+            arg = argv[i]
+            if arg == "-c" and i + 1 < len(argv):
+                self.f.add_code("python", argv[i + 1], "run", None, self.depth, self.cwd)
+                return None
+            if arg.startswith("-c") and len(arg) > 2:
+                self.f.add_code("python", arg[2:], "run", None, self.depth, self.cwd)
+                return None
+            if arg == "-m" and i + 1 < len(argv):
+                module = argv[i + 1]
+                self.dispatch([module, *argv[i + 2 :]], stdin, 0, f"{argv[0]} -m")
+                return None
+            if arg in ("-W", "-X", "--check-hash-based-pycs"):
+                i += 2
+                continue
+            if arg.startswith("-") and arg != "-":
+                i += 1
+                continue
+            if arg == "-":
+                break
+            content = self.f.files.get(absolute(arg, self.cwd))
+            if content is not None:
+                self.f.add_code("python", content, "run", absolute(arg, self.cwd), self.depth, self.cwd)
+            return None
+        if stdin is not None:
+            self.f.add_code("python", stdin, "run", None, self.depth, self.cwd)
+        else:
+            self.f.facts.append(f"interpreter_reads_unknown_input:{argv[0]}")
+        return None
+
+    def interpreter(self, lang: str, argv: list[str], stdin: str | None) -> str | None:
+        flags = programs.INLINE_CODE_FLAGS.get(lang, frozenset())
+        operands: list[str] = []
+        i = 1
+        while i < len(argv):
+            arg = argv[i]
+            if arg in flags and i + 1 < len(argv):
+                self.f.add_code(lang, argv[i + 1], "run", None, self.depth, self.cwd)
+                return None
+            if lang == "awk" and arg in ("-F", "-v", "-f"):
+                if arg == "-f" and i + 1 < len(argv):
+                    content = self.f.files.get(absolute(argv[i + 1], self.cwd))
+                    if content is not None:
+                        self.f.add_code(lang, content, "run", None, self.depth, self.cwd)
+                        return None
+                i += 2
+                continue
+            if not arg.startswith("-") or arg == "-":
+                operands.append(arg)
+            i += 1
+        if lang == "awk" and operands:
+            self.f.add_code(lang, operands[0], "run", None, self.depth, self.cwd)
+            return None
+        if operands and operands[0] != "-":
+            content = self.f.files.get(absolute(operands[0], self.cwd))
+            if content is not None:
+                self.f.add_code(lang, content, "run", absolute(operands[0], self.cwd), self.depth, self.cwd)
+            return None
+        if stdin is not None:
+            self.f.add_code(lang, stdin, "run", None, self.depth, self.cwd)
+        return None
+
+
+def _xargs_inner(argv: list[str], inner: list[str], stdin: str) -> list[str]:
+    """What xargs runs when its input is known: ``-I R`` substitutes R, otherwise input words
+    are appended."""
+    replace = None
+    for i, arg in enumerate(argv):
+        if arg in ("-I", "--replace") and i + 1 < len(argv):
+            replace = argv[i + 1]
+        elif arg.startswith("-I") and len(arg) > 2:
+            replace = arg[2:]
+        elif arg in ("-i",) or arg.startswith("--replace="):
+            replace = arg.partition("=")[2] or "{}"
+    words = stdin.split()[:64]
+    if replace is None:
+        return inner + words
+    first = stdin.strip().split("\n")[0] if stdin.strip() else ""
+    return [a.replace(replace, first) for a in inner]
+
+
+_GIT_VALUE_OPTS = frozenset(
+    {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--exec-path", "--config-env"}
+)
+
+
+def _canonical_git(argv: list[str]) -> list[str]:
+    """``git -C . --no-pager -c alias.l='log --all' l`` → ``git log --all``: global options
+    dropped, a command-line alias expanded."""
+    aliases: dict[str, str] = {}
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg in _GIT_VALUE_OPTS and i + 1 < len(argv):
+            if arg == "-c" and argv[i + 1].startswith("alias."):
+                key, _, value = argv[i + 1][6:].partition("=")
+                aliases[key] = value
+            i += 2
+            continue
+        if arg.startswith("-"):
+            i += 1
+            continue
+        break
+    rest = argv[i:]
+    if rest and rest[0] in aliases:
+        expansion = aliases[rest[0]].lstrip("!").split()
+        rest = expansion + rest[1:]
+    return ["git", *rest]

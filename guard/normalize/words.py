@@ -1,0 +1,131 @@
+"""Shell word semantics the parser leaves to us: escapes and ``${...}`` parameter expansion.
+
+Only what the shell would compute from text already in the command: ``cu\\rl`` is ``curl``,
+``$'\\x63url'`` is ``curl``, ``${C,,}`` lowercases, ``${a:-x}`` defaults, ``${a/x/y}`` replaces.
+Unknown variables stay unresolved (the caller marks the word dynamic).
+"""
+
+from __future__ import annotations
+
+import re
+from fnmatch import fnmatchcase
+
+_C_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v", "e": "\x1b"}
+_C_ESCAPES.update({"E": "\x1b", "\\": "\\", "'": "'", '"': '"', "?": "?"})
+_ESCAPE_RE = re.compile(r"\\(x[0-9A-Fa-f]{1,2}|u[0-9A-Fa-f]{1,4}|U[0-9A-Fa-f]{1,8}|[0-7]{1,3}|c.|.)", re.S)
+
+
+def unescape_word(text: str) -> str:
+    """Unquoted word: a backslash keeps the next character literally; backslash-newline joins."""
+    if "\\" not in text:
+        return text
+    return re.sub(r"\\(\n|.)", lambda m: "" if m.group(1) == "\n" else m.group(1), text, flags=re.S)
+
+
+def unescape_double_quoted(text: str) -> str:
+    """Inside double quotes a backslash only escapes ``$ ` " \\`` and newline."""
+    if "\\" not in text:
+        return text
+    return re.sub(r'\\([$`"\\\n])', lambda m: "" if m.group(1) == "\n" else m.group(1), text)
+
+
+def c_unescape(text: str, octal_needs_zero: bool = False) -> str:
+    """ANSI-C escapes as in ``$'...'``, ``echo -e`` and ``printf`` (``\\x63``, ``\\143``, ``\\u0063``)."""
+    if "\\" not in text:
+        return text
+
+    def sub(m: re.Match[str]) -> str:
+        body = m.group(1)
+        head = body[0]
+        try:
+            if head == "x":
+                return chr(int(body[1:], 16))
+            if head in "uU":
+                return chr(int(body[1:], 16))
+            if head.isdigit():
+                digits = body
+                if octal_needs_zero and head != "0":
+                    return "\\" + body
+                return chr(int(digits, 8) & 0xFF)
+        except ValueError:
+            return m.group(0)
+        if head == "c" and len(body) == 2:
+            return chr(ord(body[1].upper()) ^ 0x40)
+        return _C_ESCAPES.get(body, m.group(0))
+
+    return _ESCAPE_RE.sub(sub, text)
+
+
+_EXPANSION_RE = re.compile(r"^\$\{([#!]?)([A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-])(.*)\}$", re.S)
+
+
+def _remove(value: str, pattern: str, op: str) -> str:
+    """``#``/``##`` strip the shortest/longest matching prefix, ``%``/``%%`` the suffix."""
+    n = len(value)
+    if op in ("#", "##"):
+        cuts = range(n + 1) if op == "#" else range(n, -1, -1)
+        for k in cuts:
+            if fnmatchcase(value[:k], pattern):
+                return value[k:]
+    else:
+        cuts = range(n, -1, -1) if op == "%" else range(n + 1)
+        for k in cuts:
+            if fnmatchcase(value[k:], pattern):
+                return value[:k]
+    return value
+
+
+def expand_parameter(text: str, lookup: dict[str, str]) -> str | None:
+    """Evaluate one ``${...}`` expansion against known variables; None when it depends on unknowns."""
+    m = _EXPANSION_RE.match(text)
+    if not m:
+        return None
+    prefix, name, rest = m.groups()
+    value = lookup.get(name)
+    if prefix == "#":
+        return str(len(value)) if value is not None else None
+    if prefix == "!":
+        return lookup.get(value) if value is not None else None
+    if not rest:
+        return value
+    for op in (":-", ":=", "-", "="):
+        if rest.startswith(op):
+            word = rest[len(op) :]
+            if op.startswith(":"):
+                return value if value else word
+            return value if value is not None else word
+    if rest.startswith(":+") or rest.startswith("+"):
+        return rest.split("+", 1)[1] if value else ""
+    if value is None:
+        return None
+    if rest in (",,", "^^", ",", "^", "~~", "~"):
+        if rest == ",,":
+            return value.lower()
+        if rest == "^^":
+            return value.upper()
+        if rest == ",":
+            return value[:1].lower() + value[1:]
+        if rest == "^":
+            return value[:1].upper() + value[1:]
+        return value.swapcase()
+    if rest[:2] in ("##", "%%") or rest[:1] in ("#", "%"):
+        op = rest[:2] if rest[:2] in ("##", "%%") else rest[:1]
+        return _remove(value, rest[len(op) :], op)
+    if rest.startswith("/"):
+        body = rest[1:]
+        every = body.startswith("/")
+        body = body[1:] if every or body[:1] in "#%" else body
+        pattern, _, replacement = body.partition("/")
+        if not pattern:
+            return value
+        return value.replace(pattern, replacement) if every else value.replace(pattern, replacement, 1)
+    sub = re.match(r"^:\s*(-?\d+)(?::\s*(-?\d+))?$", rest)
+    if sub:
+        offset = int(sub.group(1))
+        start = offset if offset >= 0 else max(0, len(value) + offset)
+        if sub.group(2) is None:
+            return value[start:]
+        length = int(sub.group(2))
+        end = start + length if length >= 0 else len(value) + length
+        return value[start:end]
+    return None

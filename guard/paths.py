@@ -1,0 +1,123 @@
+"""Protected-path matching: does a path (or a glob the shell would expand) reach a protected tree?
+
+Patterns come from settings plus per-task extras. Three forms, all matched on whole path components:
+
+- an absolute prefix with optional globs (``/grader``, ``/proc/*/root``): the path or anything below;
+- ``**/NAME/**``: any path with a component matching NAME (``hidden_tests``, ``.hidden``);
+- a relative pattern: anchored at the workspace (``tests/private`` means ``/workspace/tests/private``).
+
+Paths are made absolute against the caller's working directory and ``..`` is folded first, so
+``../../hidden/x`` from ``/workspace`` is ``/hidden/x``. An argument that still holds glob characters
+(``cat /hid*/*``) matches when it could expand into a protected tree: component by component, each
+protected component must be matched by the argument's glob.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+WORKSPACE = "/workspace"
+_GLOB_CHARS = re.compile(r"[*?\[]")
+
+
+def absolute(path: str, cwd: str = WORKSPACE) -> str:
+    """The absolute, ``..``-folded form of ``path`` as seen from ``cwd`` (``~`` is root's home)."""
+    if path.startswith("~"):
+        path = "/root" + path[1:]
+    if not path.startswith("/"):
+        path = posixpath.join(cwd or WORKSPACE, path)
+    folded = posixpath.normpath(path)
+    return "/" + folded.lstrip("/") if folded.startswith("//") else folded
+
+
+def _component_regex(component: str) -> str:
+    """Translate one glob component (``*``, ``?``, ``[...]``) to a regex that stays inside it."""
+    out: list[str] = []
+    i = 0
+    while i < len(component):
+        ch = component[i]
+        if ch == "*":
+            out.append("[^/]*")
+        elif ch == "?":
+            out.append("[^/]")
+        elif ch == "[":
+            end = component.find("]", i + 2)
+            if end == -1:
+                out.append(re.escape(ch))
+            else:
+                body = component[i + 1 : end].replace("\\", "\\\\")
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append(f"[{body}]")
+                i = end
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class _Pattern:
+    source: str
+    regex: re.Pattern[str]  # matches a literal absolute path
+    components: tuple[str, ...]  # glob components, for glob-vs-glob overlap
+    anywhere: bool  # a ``**/NAME/**`` pattern: components may sit at any depth
+
+
+def _compile(pattern: str) -> _Pattern:
+    anywhere = pattern.startswith("**/")
+    core = pattern.removeprefix("**/").removesuffix("/**").strip("/")
+    if not anywhere and not pattern.startswith("/"):
+        core = absolute(core).strip("/")
+    components = tuple(c for c in core.split("/") if c)
+    body = "/".join(_component_regex(c) for c in components)
+    regex = re.compile(f"(?:^|/){body}(?:/|$)" if anywhere else f"^/{body}(?:/|$)")
+    return _Pattern(pattern, regex, components, anywhere)
+
+
+def _overlaps(arg_component: str, protected_component: str) -> bool:
+    """Could the shell glob ``arg_component`` expand to a name the protected glob matches?"""
+    if fnmatchcase(protected_component, arg_component) or fnmatchcase(arg_component, protected_component):
+        return True
+    return bool(_GLOB_CHARS.search(protected_component) and _GLOB_CHARS.search(arg_component))
+
+
+class ProtectedPaths:
+    """Matches paths against protected patterns; ``match`` returns the pattern hit, or None."""
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        self.patterns = tuple(dict.fromkeys(p for p in patterns if p and p.strip()))
+        self._compiled = tuple(_compile(p) for p in self.patterns)
+
+    def match(self, path: str, cwd: str = WORKSPACE) -> str | None:
+        """The protected pattern ``path`` falls under (itself or any descendant), or None."""
+        if not path or "\n" in path:
+            return None
+        full = absolute(path, cwd)
+        if _GLOB_CHARS.search(full):
+            return self._match_glob(full)
+        for pattern in self._compiled:
+            if pattern.regex.search(full):
+                return pattern.source
+        return None
+
+    def _match_glob(self, full: str) -> str | None:
+        arg = tuple(c for c in full.split("/") if c)
+        for pattern in self._compiled:
+            if pattern.anywhere:
+                # a literal-bearing argument component must meet the protected name at some depth
+                if any(a.strip("*?") and any(_overlaps(a, p) for p in pattern.components) for a in arg):
+                    return pattern.source
+                continue
+            k = len(pattern.components)
+            if len(arg) >= k and all(
+                _overlaps(a, p) for a, p in zip(arg[:k], pattern.components, strict=False)
+            ):
+                return pattern.source
+            if "**" in arg and any(_overlaps(a, pattern.components[-1]) for a in arg if a != "**"):
+                return pattern.source
+        return None

@@ -1,0 +1,358 @@
+"""Stage 1: YAML rules over the normalised call; tuned for recall, cheap enough for every call.
+
+A rule file is ``rules: [ {id, category, description, action, match: {...}} ]``. Every key of
+``match`` that is present must hold (AND):
+
+- ``tool``: tool names; ``program``: program names (after normalisation), with ``arg`` /
+  ``arg_not`` (a regex some single argument matches / that this argument must not match),
+  ``args`` / ``args_not`` (regex over the arguments joined by spaces) and ``source`` (regex over
+  where the command was found: ``bash``, ``bash -c``, ``python subprocess``, ...);
+- ``paths``: globs (``**`` crosses directories) over the absolute paths the call touches, or
+  ``"@protected"`` for the protected-path set; ``path_not``: a regex such a path must not match;
+- ``fact`` / ``fact_not``: regex over call-level facts (``write:…``, ``delete:…``, ``dynamic_program:…``);
+- ``code``: a block of code with ``lang``, ``origin`` (run|write), ``path`` globs, ``fact`` /
+  ``fact_not`` (regex over facts read from the code, e.g. its AST) and ``text`` (regex over its text).
+
+Rules are checked most severe first (decoy, escalate, flag), in file order within an action, and
+the first hit wins: one pass, regexes compiled once at load. A call that cannot be parsed is
+escalated (category ``unparseable``) whatever the files say.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from guard.normalize import normalize
+from guard.paths import ProtectedPaths
+from guard.settings import DEFAULT_PROTECTED_PATHS, GuardSettings
+from guard.types import CodeBlock, Command, NormalizedCall, RuleMatch, RuleResult, ToolCall
+from rlguard.errors import RlguardError
+
+BUILTIN_PACK = Path(__file__).parent / "rulepacks" / "builtin.yaml"
+SEVERITY = {"decoy": 0, "escalate": 1, "flag": 2}
+PROTECTED = "@protected"
+
+
+class RuleFileError(RlguardError):
+    """A rule file that cannot be loaded: named with its path and the reason."""
+
+
+class CodeSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    lang: list[str] | None = None
+    origin: list[Literal["run", "write"]] | None = None
+    path: list[str] | None = None
+    fact: str | None = None
+    fact_not: str | None = None
+    text: str | None = None
+
+
+class MatchSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tool: list[str] | None = None
+    program: list[str] | None = None
+    source: str | None = None
+    arg: str | None = None
+    arg_not: str | None = None
+    args: str | None = None
+    args_not: str | None = None
+    paths: list[str] | None = None
+    path_not: str | None = None
+    fact: str | None = None
+    fact_not: str | None = None
+    code: CodeSpec | None = None
+
+
+class RuleSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1)
+    category: str = Field(min_length=1)
+    description: str = ""
+    action: Literal["decoy", "escalate", "flag"]
+    match: MatchSpec
+
+    @field_validator("match")
+    @classmethod
+    def _not_empty(cls, value: MatchSpec) -> MatchSpec:
+        if not value.model_dump(exclude_none=True):
+            raise ValueError("match must hold at least one condition")
+        return value
+
+
+def glob_regex(pattern: str) -> str:
+    """Path glob to regex: ``**`` spans directories, ``*`` and ``?`` stay inside one."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    body = "".join(out)
+    return f"^{body}$" if pattern.startswith("/") else f"(?:^|/){body}$"
+
+
+def _rx(pattern: str | None, where: str) -> re.Pattern[str] | None:
+    if pattern is None:
+        return None
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise RuleFileError(f"{where}: bad regex {pattern!r}: {exc}") from exc
+
+
+def _globs(patterns: list[str] | None) -> tuple[re.Pattern[str] | None, bool]:
+    if not patterns:
+        return None, False
+    protected = PROTECTED in patterns
+    plain = [glob_regex(p) for p in patterns if p != PROTECTED]
+    return (re.compile("|".join(plain)) if plain else None), protected
+
+
+@dataclass(frozen=True)
+class _Code:
+    langs: frozenset[str] | None
+    origins: frozenset[str] | None
+    path: re.Pattern[str] | None
+    fact: re.Pattern[str] | None
+    fact_not: re.Pattern[str] | None
+    text: re.Pattern[str] | None
+
+    def matches(self, block: CodeBlock) -> bool:
+        if self.langs is not None and block.lang not in self.langs:
+            return False
+        if self.origins is not None and block.origin not in self.origins:
+            return False
+        if self.path is not None and not (block.path and self.path.search(block.path)):
+            return False
+        if self.fact is not None and not any(self.fact.search(f) for f in block.facts):
+            return False
+        if self.fact_not is not None and any(self.fact_not.search(f) for f in block.facts):
+            return False
+        return self.text is None or bool(self.text.search(block.text))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A compiled rule: everything parsed and compiled once, at load."""
+
+    id: str
+    category: str
+    description: str
+    action: str
+    tools: frozenset[str] | None
+    programs: frozenset[str] | None
+    source: re.Pattern[str] | None
+    arg: re.Pattern[str] | None
+    arg_not: re.Pattern[str] | None
+    args: re.Pattern[str] | None
+    args_not: re.Pattern[str] | None
+    paths: re.Pattern[str] | None
+    protected: bool
+    path_not: re.Pattern[str] | None
+    fact: re.Pattern[str] | None
+    fact_not: re.Pattern[str] | None
+    code: _Code | None
+
+    @classmethod
+    def compile(cls, spec: RuleSpec, where: str) -> Rule:
+        m = spec.match
+        loc = f"{where}: rule {spec.id}"
+        paths, protected = _globs(m.paths)
+        code = None
+        if m.code is not None:
+            c = m.code
+            code_path, _ = _globs(c.path)
+            code = _Code(
+                frozenset(c.lang) if c.lang else None,
+                frozenset(c.origin) if c.origin else None,
+                code_path,
+                _rx(c.fact, loc),
+                _rx(c.fact_not, loc),
+                _rx(c.text, loc),
+            )
+        return cls(
+            id=spec.id,
+            category=spec.category,
+            description=spec.description,
+            action=spec.action,
+            tools=frozenset(m.tool) if m.tool else None,
+            programs=frozenset(m.program) if m.program else None,
+            source=_rx(m.source, loc),
+            arg=_rx(m.arg, loc),
+            arg_not=_rx(m.arg_not, loc),
+            args=_rx(m.args, loc),
+            args_not=_rx(m.args_not, loc),
+            paths=paths,
+            protected=protected,
+            path_not=_rx(m.path_not, loc),
+            fact=_rx(m.fact, loc),
+            fact_not=_rx(m.fact_not, loc),
+            code=code,
+        )
+
+    def _command_ok(self, cmd: Command) -> bool:
+        if self.source is not None and not self.source.search(cmd.source):
+            return False
+        args = cmd.argv[1:]
+        if self.arg is not None:
+            hit = False
+            for a in args:
+                if self.arg.search(a) and not (self.arg_not is not None and self.arg_not.search(a)):
+                    hit = True
+                    break
+            if not hit:
+                return False
+        elif self.arg_not is not None and any(self.arg_not.search(a) for a in args):
+            return False
+        if self.args is not None or self.args_not is not None:
+            joined = " ".join(args)
+            if self.args is not None and not self.args.search(joined):
+                return False
+            if self.args_not is not None and self.args_not.search(joined):
+                return False
+        return True
+
+    def _path_hit(self, paths: Iterable[str], protected: ProtectedPaths) -> str | None:
+        for path in paths:
+            if self.path_not is not None and self.path_not.search(path):
+                continue
+            if self.paths is not None and self.paths.search(path):
+                return path
+            if self.protected and protected.match(path):
+                return path
+        return None
+
+    def evaluate(
+        self, call: NormalizedCall, programs: set[str], protected: ProtectedPaths
+    ) -> RuleMatch | None:
+        if self.tools is not None and call.tool not in self.tools:
+            return None
+        if self.programs is not None and self.programs.isdisjoint(programs):
+            return None
+        command: Command | None = None
+        if self.programs is not None:
+            command = next(
+                (c for c in call.commands if c.program in self.programs and self._command_ok(c)), None
+            )
+            if command is None:
+                return None
+        elif self.source is not None or self.arg is not None or self.args is not None:
+            command = next((c for c in call.commands if self._command_ok(c)), None)
+            if command is None:
+                return None
+        path: str | None = None
+        if self.paths is not None or self.protected:
+            path = self._path_hit(call.paths, protected)
+            if path is None:
+                return None
+        if self.fact is not None and not any(self.fact.search(f) for f in call.facts):
+            return None
+        if self.fact_not is not None and any(self.fact_not.search(f) for f in call.facts):
+            return None
+        if self.code is not None:
+            block = next((b for b in call.blocks if self.code.matches(b)), None)
+            if block is None:
+                return None
+            path = path or block.path
+        return RuleMatch(self.id, self.category, self.action, self.description, command, path)
+
+
+def _read_rule_file(path: Path) -> list[Rule]:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RuleFileError(f"{path}: cannot read rule file: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise RuleFileError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict) or not isinstance(raw.get("rules"), list):
+        raise RuleFileError(f"{path}: expected a mapping with a 'rules' list")
+    rules: list[Rule] = []
+    for i, item in enumerate(raw["rules"]):
+        try:
+            spec = RuleSpec.model_validate(item)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            raise RuleFileError(f"{path}: rule #{i + 1} ({where}): {first['msg']}") from exc
+        rules.append(Rule.compile(spec, str(path)))
+    return rules
+
+
+UNPARSEABLE_RULE_ID = "builtin.unparseable"
+
+
+class RuleEngine:
+    """The built-in pack plus user rule files, compiled once; ``evaluate`` is one pass per call."""
+
+    def __init__(self, rules: Sequence[Rule], protected_paths: Sequence[str]) -> None:
+        seen: set[str] = set()
+        for rule in rules:
+            if rule.id in seen:
+                raise RuleFileError(f"duplicate rule id {rule.id!r}")
+            seen.add(rule.id)
+        order = {id(r): i for i, r in enumerate(rules)}
+        self.rules = tuple(sorted(rules, key=lambda r: (SEVERITY[r.action], order[id(r)])))
+        self.protected = ProtectedPaths(protected_paths)
+
+    @classmethod
+    def load(
+        cls,
+        rule_files: Sequence[Path] = (),
+        protected_paths: Sequence[str] = DEFAULT_PROTECTED_PATHS,
+        include_builtin: bool = True,
+    ) -> RuleEngine:
+        """Compile the built-in pack (unless excluded) and ``rule_files``, in that order."""
+        files = ([BUILTIN_PACK] if include_builtin else []) + [Path(p) for p in rule_files]
+        rules = [rule for f in files for rule in _read_rule_file(f)]
+        return cls(rules, protected_paths)
+
+    @classmethod
+    def from_settings(cls, settings: GuardSettings, extra_protected_paths: Sequence[str] = ()) -> RuleEngine:
+        """The engine for one task: settings' rule files and protected paths plus the task's own."""
+        return cls.load(settings.rule_files, [*settings.protected_paths, *extra_protected_paths])
+
+    def match(self, normalized: NormalizedCall) -> RuleMatch | None:
+        """The most severe rule hit on an already normalised call (None: nothing matched)."""
+        if normalized.parse_error is not None:
+            return RuleMatch(
+                UNPARSEABLE_RULE_ID,
+                "unparseable",
+                "escalate",
+                f"cannot be read statically: {normalized.parse_error}",
+            )
+        programs = {c.program for c in normalized.commands}
+        for rule in self.rules:
+            hit = rule.evaluate(normalized, programs, self.protected)
+            if hit is not None:
+                return hit
+        return None
+
+    def evaluate(self, call: ToolCall) -> RuleResult:
+        """Normalise ``call`` and match it; ``latency_us`` covers both."""
+        start = time.perf_counter()
+        normalized = normalize(call)
+        hit = self.match(normalized)
+        return RuleResult(normalized, hit, (time.perf_counter() - start) * 1e6)
