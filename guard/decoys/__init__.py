@@ -20,6 +20,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from functools import lru_cache
 
 from guard.decoys.files import missing_path_decoy
 from guard.decoys.git import git_decoy, history_probe
@@ -52,6 +53,12 @@ __all__ = [
 
 # Programs a sandbox image may lack: a probe asks ``command -v`` before the decoy speaks for them.
 MAYBE_ABSENT = frozenset(NETWORK_PROGRAMS) | CONTAINER_CLIS | {"python", "python3"}
+
+
+@lru_cache(maxsize=64)
+def _protected(patterns: tuple[str, ...]) -> ProtectedPaths:
+    """Compiled once per distinct pattern set (a task's extras make a new set)."""
+    return ProtectedPaths(patterns)
 
 
 def _culprit(result: RuleResult) -> Command | None:
@@ -92,7 +99,7 @@ def make_decoy(
     that print the time (wget).
     """
     patterns = protected_paths if protected_paths is not None else DEFAULT_PROTECTED_PATHS
-    protected = ProtectedPaths([*patterns, *context.protected_paths])
+    protected = _protected((*patterns, *context.protected_paths))
     match = result.match
     category = match.category if match is not None else ""
     path = str(call.arguments.get("path", ""))
