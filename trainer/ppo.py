@@ -367,6 +367,15 @@ class PPOTrainer:
         return {"step": self.step, "policy_version": self.policy_version, "algo": self.settings.algo}
 
 
+def run_ppo_update(
+    database_url: str, model_path: str | Path, out_dir: str | Path, **options: Any
+) -> dict[str, Any]:
+    """One PPO update from the store (see ``trainer.train.run_ppo_update``; lives there with the run)."""
+    from trainer.train import run_ppo_update as run_update
+
+    return run_update(database_url, model_path, out_dir, **options)
+
+
 def _empty_like(batch: TokenBatch) -> TokenBatch:
     """A micro-batch with no action tokens: it runs the collectives of a real one and adds no gradient."""
     return replace(

@@ -96,3 +96,68 @@ def two_part_episodes(
             )
         )
     return samples
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+@pytest.fixture
+def pg_database(postgres_url: str):
+    """A fresh database on the shared test server, dropped afterwards."""
+    import uuid
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = f"rlguard_trainer_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request) -> str:
+    if request.param == "sqlite":
+        return request.getfixturevalue("sqlite_url")
+    return request.getfixturevalue("pg_database")
+
+
+def store_episode(
+    store,
+    episode_id: str,
+    task_id: str,
+    reward: float,
+    parts: list[tuple[list[int], list[int]]],
+    status: str = "finished",
+    policy_version: str = "0",
+    details: dict | None = None,
+) -> None:
+    """Write one ended episode with its sub-trajectories (token ids, action mask) into ``store``."""
+    from rlguard.store.codec import encode_action_mask, encode_logprobs, encode_token_ids
+    from rlguard.store.models import EpisodeRow, EpisodeStatus, SubTrajectoryRow
+
+    store.upsert_task(task_id, task_id.split("/")[0], "", "", {})
+    store.create_episode(
+        EpisodeRow(id=episode_id, task_id=task_id, policy_version=policy_version, agent_token_hash=episode_id)
+    )
+    for index, (ids, mask) in enumerate(parts):
+        store.add_sub_trajectory(
+            SubTrajectoryRow(
+                episode_id=episode_id,
+                index=index,
+                num_tokens=len(ids),
+                token_ids=encode_token_ids(ids),
+                action_mask=encode_action_mask(mask),
+                logprobs=encode_logprobs([-2.7 if m else 0.0 for m in mask]),
+                policy_version=policy_version,
+            )
+        )
+    store.end_episode(episode_id, EpisodeStatus(status), reward=reward, details=details)

@@ -1,0 +1,128 @@
+"""Store-backed data: whole episodes, packing, and exactly-once consumption under simulated crashes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+import trainer.train as train_module
+from rlguard.store.migrate import upgrade
+from rlguard.store.models import SubTrajectoryRow, TrainingStepRow
+from rlguard.store.repository import Store
+from tests.trainer.conftest import store_episode
+from trainer.batch import pack_by_token_budget, padding_fraction
+from trainer.data import ConsumptionConflict, commit_step, latest_step, load_step_data
+from trainer.runtime import init_runtime
+from trainer.settings import TrainerSettings
+from trainer.train import TrainingRun
+
+TWO_PARTS = [([2, 3, 7, 8, 4, 9], [0, 0, 1, 1, 0, 1]), ([2, 6, 5, 5], [0, 0, 1, 1])]
+ONE_PART = [([2, 3, 5, 9, 4, 7, 7], [0, 0, 1, 1, 0, 1, 1])]
+
+
+@pytest.fixture
+def store(db_url: str):
+    upgrade(db_url)
+    store = Store.from_url(db_url)
+    yield store
+    store.close()
+
+
+def consumed(store: Store) -> dict[int, int | None]:
+    with store.sessions() as session:
+        return {r.id: r.consumed_by_step for r in session.scalars(select(SubTrajectoryRow))}
+
+
+def test_loads_whole_ended_episodes_with_their_structure(store: Store) -> None:
+    store_episode(store, "e1", "suite/a", 1.0, TWO_PARTS, policy_version="3")
+    store_episode(store, "e2", "suite/b", 0.0, ONE_PART, status="timed_out")
+    store_episode(store, "e3", "suite/a", 0.5, ONE_PART, details={"end_reason": "max_turns"})
+    store_episode(store, "e4", "suite/a", 1.0, ONE_PART, status="interrupted")  # not trainable
+    data = load_step_data(store, max_episodes=10)
+    assert data.episodes == 3 and len(data.samples) == 4
+    first, second = data.samples[0], data.samples[1]
+    assert (first.sub_index, first.is_last, second.sub_index, second.is_last) == (0, False, 1, True)
+    assert list(second.input_ids) == [2, 6, 5, 5] and list(second.action_mask) == [0, 0, 1, 1]
+    assert first.policy_version == 3 and first.reward == 1.0 and not first.truncated
+    truncated = {s.episode_id: s.truncated for s in data.samples}
+    assert truncated == {0: False, 1: True, 2: True}
+    groups = {s.episode_id: s.group_id for s in data.samples}
+    assert groups[0] == groups[2] != groups[1]
+    assert load_step_data(store, max_episodes=1).episodes == 1
+
+
+def test_commit_is_atomic_and_refuses_double_consumption(store: Store) -> None:
+    store_episode(store, "e1", "suite/a", 1.0, TWO_PARTS)
+    store_episode(store, "e2", "suite/a", 0.0, ONE_PART)
+    data = load_step_data(store, max_episodes=10)
+    step_id = commit_step(store, "run", 1, "1", "/ckpt/1", data.record_ids[:2])
+    assert sorted(v for v in consumed(store).values() if v is not None) == [step_id, step_id]
+    with pytest.raises(ConsumptionConflict):
+        commit_step(store, "run", 2, "2", "/ckpt/2", data.record_ids)  # overlaps step 1
+    assert latest_step(store, "run").step == 1  # the failed commit left no training_steps row
+    assert list(consumed(store).values()).count(None) == 1
+    assert load_step_data(store, max_episodes=10).record_ids == data.record_ids[2:]
+
+
+def test_packing_bounds_padding_and_respects_budget() -> None:
+    lengths = [100, 7, 64, 65, 3, 30, 31, 99, 12, 50]
+    batches = pack_by_token_budget(lengths, token_budget=200)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for batch in batches:
+        assert len(batch) * max(lengths[i] for i in batch) <= 200 or len(batch) == 1
+    assert padding_fraction(lengths, batches) < 0.25
+    assert pack_by_token_budget([500], token_budget=100) == [[0]]
+
+
+def test_crash_between_training_and_commit_neither_skips_nor_repeats_data(
+    store: Store, db_url: str, tiny_model_dir: Path, tmp_path: Path, monkeypatch
+) -> None:
+    for i in range(3):
+        store_episode(store, f"e{i}", "suite/a", float(i % 2), TWO_PARTS)
+    settings = TrainerSettings(actor_lr=1e-3, critic_lr=1e-3)
+
+    def open_run() -> TrainingRun:  # a fresh trainer process
+        return TrainingRun(
+            tmp_path / "run", tiny_model_dir, db_url, settings, init_runtime(device="cpu"), tensorboard=False
+        )
+
+    run = open_run()
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("killed between training and commit")
+
+    monkeypatch.setattr(train_module, "commit_step", crash)
+    with pytest.raises(RuntimeError, match="killed"):
+        run.step(max_episodes=10)
+    run.close()
+    assert all(v is None for v in consumed(store).values())  # trained, not committed: not consumed
+    assert latest_step(store, run.run_name) is None
+    monkeypatch.undo()
+
+    run = open_run()
+    assert run.trainer.step == 0  # resumed from the last *committed* state, which had not seen the data
+    result = run.step(max_episodes=10)
+    assert result is not None and result.step == 1
+    run.close()
+    step_row = latest_step(store, run.run_name)
+    assert set(consumed(store).values()) == {step_row.id}  # every row consumed, exactly by step 1
+
+    # a crash after the commit (e.g. while reloading the policy) resumes after the data
+    store_episode(store, "e9", "suite/a", 1.0, ONE_PART)
+    run = open_run()
+    assert run.trainer.step == 1 and run.trainer.policy_version == 1
+    monkeypatch.setattr(train_module, "reload_policy", crash)
+    run.policy_url = "http://127.0.0.1:9/v1"
+    with pytest.raises(RuntimeError):
+        run.step(max_episodes=10)
+    run.close()
+    monkeypatch.undo()
+    run = open_run()
+    assert run.trainer.step == 2
+    assert run.step(max_episodes=10) is None  # nothing left: e9 was trained on exactly once
+    run.close()
+    with store.sessions() as session:
+        steps = session.scalars(select(TrainingStepRow.step).order_by(TrainingStepRow.step)).all()
+    assert steps == [1, 2]

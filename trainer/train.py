@@ -1,0 +1,160 @@
+"""A training run over the trajectory store: read, train, checkpoint, commit, reload the policy.
+
+``RUN_DIR`` holds ``checkpoints/step-NNNNNN/``, ``metrics.jsonl`` and ``tensorboard/``; the store
+holds which checkpoint is committed (``training_steps``), so a run resumes from the database's word,
+never from whatever happens to be on disk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlguard.store.migrate import upgrade
+from rlguard.store.repository import Store
+from trainer.checkpoint import load_checkpoint, save_checkpoint
+from trainer.data import commit_step, latest_step, load_step_data, shard_for_rank
+from trainer.metrics import MetricsLog
+from trainer.ppo import PPOTrainer
+from trainer.reload import reload_policy
+from trainer.runtime import Runtime, init_runtime
+from trainer.settings import TrainerSettings
+
+
+def resolve_model(model: str | Path) -> Path:
+    """A local HF directory, or ``tiny``: the locally built tiny model (no hub)."""
+    if str(model) == "tiny":
+        from rollout.tinymodel import ensure_tiny_model
+
+        return ensure_tiny_model()
+    path = Path(model)
+    if not (path / "config.json").is_file():
+        from rlguard.errors import RlguardError
+
+        raise RlguardError(f"{path} is not a HF model directory (no config.json)")
+    return path
+
+
+@dataclass
+class StepResult:
+    step: int
+    checkpoint: Path
+    metrics: dict[str, float]
+
+
+class TrainingRun:
+    """One run's trainer bound to a store, a run directory and (optionally) a policy server."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        model_path: Path,
+        database_url: str,
+        settings: TrainerSettings,
+        runtime: Runtime | None = None,
+        policy_url: str | None = None,
+        run_name: str | None = None,
+        tensorboard: bool = True,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.model_path = Path(model_path)
+        self.settings = settings
+        self.runtime = runtime or init_runtime(settings.parallel)
+        self.policy_url = policy_url
+        self.run_name = run_name or str(self.run_dir.resolve())[-200:]
+        if self.runtime.is_main:
+            upgrade(database_url)
+        self.runtime.barrier()
+        self.store = Store.from_url(database_url)
+        committed = latest_step(self.store, self.run_name)
+        if committed is not None:
+            self.trainer = load_checkpoint(
+                Path(committed.checkpoint_path), settings, self.runtime, reference_path=self.model_path
+            )
+        else:
+            self.trainer = PPOTrainer.from_pretrained(self.model_path, settings, self.runtime)
+        self.metrics = MetricsLog(self.run_dir, tensorboard) if self.runtime.is_main else None
+
+    def step(self, max_episodes: int) -> StepResult | None:
+        """Train on up to ``max_episodes`` unconsumed episodes; None when the store has none."""
+        data = load_step_data(self.store, max_episodes, self.settings.max_sequence_tokens)
+        by_group = self.trainer.estimator_name != "gae"
+        mine = shard_for_rank(data.samples, self.runtime.rank, self.runtime.world_size, by_group)
+        if self.runtime.all_reduce_max(int(not mine)):
+            return None
+        metrics = self.trainer.train_step(mine)
+        step = self.trainer.step
+        checkpoint = save_checkpoint(
+            self.trainer, self.run_dir / "checkpoints" / f"step-{step:06d}", tokenizer_source=self.model_path
+        )
+        if self.runtime.is_main:
+            commit_step(
+                self.store,
+                self.run_name,
+                step,
+                str(self.trainer.policy_version),
+                str(checkpoint),
+                data.record_ids,
+                metrics,
+            )
+        self.runtime.barrier()
+        if self.policy_url and self.runtime.is_main:
+            reload_policy(
+                self.policy_url,
+                checkpoint / "actor",
+                str(self.trainer.policy_version),
+                self.settings.reload_protocol,
+                self.settings.reload_timeout_s,
+            )
+        if self.metrics is not None:
+            self.metrics.log(step, metrics)
+        return StepResult(step, checkpoint, metrics)
+
+    @property
+    def policy_checkpoint(self) -> Path:
+        """The HF directory of the newest committed policy (the base model before the first step)."""
+        committed = latest_step(self.store, self.run_name)
+        return Path(committed.checkpoint_path) / "actor" if committed else self.model_path
+
+    def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+        self.store.close()
+
+
+def run_ppo_update(
+    database_url: str,
+    model_path: str | Path,
+    out_dir: str | Path,
+    max_episodes: int = 64,
+    policy_url: str | None = None,
+    settings: TrainerSettings | None = None,
+) -> dict[str, Any]:
+    """One PPO update from the store on ``model_path`` (``tiny`` for the local tiny model), for the demo.
+
+    Returns the step's metrics plus ``step``, ``checkpoint`` (the HF policy directory) and
+    ``sub_trajectories``; ``{"step": None, ...}`` when the store holds nothing to train on.
+    """
+    settings = settings or TrainerSettings(algo="ppo", actor_lr=1e-5, critic_lr=1e-4)
+    run = TrainingRun(
+        Path(out_dir),
+        resolve_model(model_path),
+        database_url,
+        settings,
+        init_runtime(device="cpu"),
+        policy_url=policy_url,
+        tensorboard=False,
+    )
+    try:
+        result = run.step(max_episodes)
+    finally:
+        run.close()
+    if result is None:
+        return {"step": None, "checkpoint": None, "sub_trajectories": 0}
+    return {
+        **result.metrics,
+        "step": result.step,
+        "checkpoint": str(result.checkpoint / "actor"),
+        "sub_trajectories": int(result.metrics["data/sub_trajectories"]),
+    }
