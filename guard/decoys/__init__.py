@@ -113,7 +113,11 @@ def make_decoy(
         return edit_success_answer(path)
     if call.tool != "bash":
         return ToolAnswer("", 0)
-    return _bash_decoy(result, context, probe, protected, now or datetime.now(UTC))
+    answer = _bash_decoy(result, context, probe, protected, now or datetime.now(UTC))
+    if answer is probe or not answer.output or answer.output.endswith("\n"):
+        return answer
+    # Programs end their messages with a newline, and the sandbox passes output through unstripped.
+    return ToolAnswer(answer.output + "\n", answer.exit_code, answer.truncated)
 
 
 def _bash_decoy(

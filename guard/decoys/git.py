@@ -54,7 +54,7 @@ def _ambiguous(ref: str) -> ToolAnswer:
 def _unreachable(url: str) -> str:
     if "://" not in url and bare_host(url):  # scp-like: git@github.com:owner/repo.git
         return (
-            f"ssh: Could not resolve hostname {bare_host(url)}: Temporary failure in name resolution\n"
+            f"ssh: Could not resolve hostname {bare_host(url)}: Temporary failure in name resolution\r\n"
             + _NO_REMOTE.split("\n", 1)[1]
         )
     return f"fatal: unable to access '{url.rstrip('/')}/': Could not resolve host: {host_of(url)}"

@@ -27,12 +27,12 @@ PY_LIB = "/usr/lib/python3.11"
 EAI_AGAIN = "Temporary failure in name resolution"
 REFUSED = "Couldn't connect to server"
 
-_CURL_METER = (
+# A non-tty curl draws its progress meter on stderr: a header, then a zero line redrawn with "\r".
+_CURL_HEAD = (
     "  % Total    % Received % Xferd  Average Speed   Time    Time     Time  Current\n"
     "                                 Dload  Upload   Total   Spent    Left  Speed\n"
-    "  0     0    0     0    0     0      0      0 --:--:-- --:--:-- --:--:--     0"
 )
-_CURL_ZEROS = "  0     0    0     0    0     0      0      0 --:--:-- --:--:-- --:--:--     0"
+_CURL_ZEROS = "\r  0     0    0     0    0     0      0      0 --:--:-- --:--:-- --:--:--     0"
 
 
 def _target(command: Command, normalized: NormalizedCall, value_opts: frozenset[str] = frozenset()) -> str:
@@ -63,8 +63,8 @@ def curl(command: Command, normalized: NormalizedCall, rng: random.Random, now: 
     if silent:
         return ToolAnswer(error, code)
     verbose = f"* Could not resolve host: {host}\n* Closing connection 0\n" if has_flag(args, "v") else ""
-    # A failed connect redraws the meter's zero line once more before the error, on its own line.
-    meter = f"{_CURL_METER}{_CURL_ZEROS}\n" if code == 7 else _CURL_METER
+    # A failed connect redraws the zero line once more and ends it before the error.
+    meter = f"{_CURL_HEAD}{_CURL_ZEROS}{_CURL_ZEROS}\n" if code == 7 else f"{_CURL_HEAD}{_CURL_ZEROS}"
     return ToolAnswer(f"{meter}{verbose}{error}", code)
 
 
@@ -117,7 +117,7 @@ def ssh(command: Command, normalized: NormalizedCall, rng: random.Random, now: d
     prefix = (
         "" if len(pos) > 1 else "Pseudo-terminal will not be allocated because stdin is not a terminal.\r\n"
     )
-    return ToolAnswer(f"{prefix}{resolve}", 255)
+    return ToolAnswer(f"{prefix}{resolve}\r\n", 255)
 
 
 def telnet(command: Command, normalized: NormalizedCall, rng: random.Random, now: datetime) -> ToolAnswer:

@@ -31,7 +31,7 @@ def test_check_prints_verdict_and_decoy_as_json(tmp_path: Path) -> None:
     assert out["verdict"]["category"] == "hidden_test_access"
     assert set(out["verdict"]["stage_latency_us"]) >= {"rules"}
     assert out["decoy"] == {
-        "output": "cat: /workspace/answers/expected.txt: No such file or directory",
+        "output": "cat: /workspace/answers/expected.txt: No such file or directory\n",
         "exit_code": 1,
         "truncated": False,
     }
