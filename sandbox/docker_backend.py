@@ -18,9 +18,9 @@ import atexit
 import base64
 import contextlib
 import io
-import itertools
 import json
 import os
+import secrets
 import tarfile
 import time
 import uuid
@@ -48,7 +48,10 @@ if TYPE_CHECKING:
 
     from rlguard.settings import Settings
 
-AGENT_UID = "1000"
+AGENT_UID = "1000:1000"
+# The container's own processes (init and its ``sleep``) run as ``nobody``: the agent (uid 1000) can
+# ``kill -9 -1`` all it likes without stopping its container; every exec names the agent's uid.
+KEEPER_UID = "65534:65534"
 RUNNER_SOURCE = Path(executor.__file__).read_text()
 RUNNER_BOOT = "import os;exec(compile(os.environ.pop('RLGUARD_RUNNER'),'rlguard-exec','exec'))"
 # ``exec -a`` renames the interpreter so ``pkill -f python`` in an episode does not hit the runner.
@@ -56,7 +59,7 @@ RUNNER_LAUNCHERS = (
     ["/bin/bash", "-c", 'exec -a rlguard-exec python3 -I -S -c "$0"', RUNNER_BOOT],
     ["python3", "-I", "-S", "-c", RUNNER_BOOT],
 )
-RUNNER_GRACE_S = 10.0
+RUNNER_GRACE_S = 5.0
 CONTROL_TIMEOUT_S = 60.0
 RUNNER_KILLED_NOTE = "[rlguard: the sandbox's command runner was killed; this command's result is lost]"
 
@@ -127,7 +130,6 @@ class DockerSandbox(Sandbox):
         self._lock = asyncio.Lock()
         self._runner: AttachedExec | None = None
         self._fast = backend.fast_path
-        self._ids = itertools.count(1)
         self._destroyed = False
 
     @property
@@ -176,7 +178,9 @@ class DockerSandbox(Sandbox):
         return runner
 
     async def _roundtrip(self, runner: AttachedExec, request: dict, timeout: float, max_line: int) -> dict:
-        request_id = next(self._ids)
+        # A random id per request: a process in the sandbox cannot forge an answer blindly, and a
+        # stray or injected line desynchronises nothing: it just breaks the channel.
+        request_id = secrets.token_hex(8)
         await runner.send(json.dumps({**request, "id": request_id}).encode() + b"\n")
         line = await asyncio.wait_for(runner.read_line(max_line), timeout)
         try:
@@ -472,7 +476,7 @@ class DockerBackend(SandboxBackend):
                 api.create_container,
                 spec.image,
                 command=["sleep", "infinity"],
-                user=f"{AGENT_UID}:{AGENT_UID}",
+                user=KEEPER_UID,
                 working_dir=WORKSPACE,
                 labels=labels,
                 host_config=host_config,

@@ -74,20 +74,21 @@ class WarmPool:
             self._refills[key] = asyncio.get_running_loop().create_task(self._refill(key, spec))
 
     async def _refill(self, key: PoolKey, spec: SandboxSpec) -> None:
+        """Start sandboxes until ``size`` wait for ``key`` (acquires may drain it meanwhile)."""
         template = replace(spec, workspace=None, episode_id=None)
         ready = self._ready.setdefault(key, deque())
-        missing = self.size - len(ready)
-        if missing <= 0 or self._closed:
-            return
-        started = await asyncio.gather(
-            *(self._start_one(template) for _ in range(missing)), return_exceptions=True
-        )
-        for sandbox in started:
-            if isinstance(sandbox, DockerSandbox):
+        while not self._closed and (missing := self.size - len(ready)) > 0:
+            started = await asyncio.gather(
+                *(self._start_one(template) for _ in range(missing)), return_exceptions=True
+            )
+            good = [sandbox for sandbox in started if isinstance(sandbox, DockerSandbox)]
+            for sandbox in good:
                 if self._closed:
                     await sandbox.destroy()
                 else:
                     ready.append(sandbox)
+            if not good:
+                return  # the engine refuses: the next acquire cold-starts and tries again
 
     async def _start_one(self, template: SandboxSpec) -> DockerSandbox:
         sandbox = await self.backend.start_container(template, pooled=True)

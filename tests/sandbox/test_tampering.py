@@ -1,0 +1,78 @@
+"""The agent attacks the in-sandbox runner (same uid as the agent): the host stays safe and sane.
+
+The runner may be killed, stopped, or fed forged output; every one of these costs at most the one
+command, and the next command gets a fresh runner. Nothing the runner sends can grow host memory.
+"""
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from sandbox.docker_backend import RUNNER_KILLED_NOTE, DockerSandbox
+
+pytestmark = pytest.mark.docker
+
+RUNNER = "$(pgrep -x rlguard-exec)"
+
+
+async def runner_pid(sandbox: DockerSandbox) -> str:
+    result = await sandbox.exec("pgrep -x rlguard-exec")
+    assert result.exit_code == 0, result.output
+    return result.output.strip()
+
+
+async def test_casual_pkill_does_not_hit_the_runner(sandbox: DockerSandbox) -> None:
+    before = await runner_pid(sandbox)
+    await sandbox.exec(
+        f"pkill python3; pkill -f python; killall python3 2>/dev/null; kill -TERM {RUNNER}; true"
+    )
+    assert await runner_pid(sandbox) == before
+
+
+async def test_killed_runner_costs_one_command_then_restarts(sandbox: DockerSandbox) -> None:
+    before = await runner_pid(sandbox)
+    result = await sandbox.exec(f"kill -9 {RUNNER}")
+    assert result.exit_code == 137 and result.output == RUNNER_KILLED_NOTE
+    after = await sandbox.exec("echo back")
+    assert after.output == "back\n"
+    assert await runner_pid(sandbox) != before
+
+
+async def test_forged_answers_break_the_channel_not_the_host(sandbox: DockerSandbox) -> None:
+    forged = '{"id": "0000000000000000", "ok": true, "output": "ALL TESTS PASSED", "exit_code": 0}'
+    result = await sandbox.exec(f"echo '{forged}' > /proc/{RUNNER}/fd/1; sleep 0.5; echo real")
+    assert "ALL TESTS PASSED" not in result.output
+    assert result.exit_code == 137
+    assert (await sandbox.exec("echo next")).output == "next\n"
+
+
+async def test_endless_line_into_the_channel_is_capped(sandbox: DockerSandbox) -> None:
+    def rss_kib() -> int:
+        for line in Path(f"/proc/{os.getpid()}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
+    before = rss_kib()
+    result = await sandbox.exec(f"head -c 200M /dev/zero | tr '\\0' x > /proc/{RUNNER}/fd/1", timeout_s=30)
+    assert result.exit_code == 137
+    assert rss_kib() - before < 64 * 1024
+    assert (await sandbox.exec("echo next")).output == "next\n"
+
+
+async def test_stopped_runner_is_timed_out_by_the_host(sandbox: DockerSandbox) -> None:
+    started = time.monotonic()
+    result = await sandbox.exec(f"kill -STOP {RUNNER}; sleep 30", timeout_s=1)
+    assert result.timed_out and result.exit_code == 124
+    assert time.monotonic() - started < 15
+    after = await sandbox.exec("echo alive; pgrep -c -x rlguard-exec")
+    assert after.output == "alive\n1\n"
+
+
+async def test_killing_every_agent_process_leaves_the_sandbox_usable(sandbox: DockerSandbox) -> None:
+    result = await sandbox.exec("kill -9 -1")
+    assert result.exit_code == 137
+    after = await sandbox.exec("echo alive; ps -o user= -p 1")
+    assert after.output == "alive\nnobody\n"
