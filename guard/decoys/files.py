@@ -7,12 +7,14 @@ nothing there; a protected start directory is reported missing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
-from guard.decoys.shell import args_of, has_flag, positionals
+from guard.decoys.shell import args_of, has_flag, lquote, positionals
 from guard.types import Command, ToolAnswer
 
 ENOENT = "No such file or directory"
+_STRING_LITERAL = re.compile(r"""(['"])(/[^'"\n]+)\1""")
 
 # program -> (format of one missing-file line, exit code)
 _READERS: dict[str, tuple[str, int]] = {
@@ -31,11 +33,11 @@ _READERS: dict[str, tuple[str, int]] = {
     "diff": ("diff: {p}: " + ENOENT, 2),
     "head": ("head: cannot open '{p}' for reading: " + ENOENT, 1),
     "tail": ("tail: cannot open '{p}' for reading: " + ENOENT, 1),
-    "less": ("{p}: " + ENOENT, 1),
-    "more": ("more: cannot open {p}: " + ENOENT, 1),
+    "less": ("{p}: " + ENOENT, 0),
+    "more": ("more: cannot open {p}: " + ENOENT, 0),
     "sed": ("sed: can't read {p}: " + ENOENT, 2),
-    "awk": ('awk: cannot open "{p}" (' + ENOENT + ")", 2),
-    "mawk": ('mawk: cannot open "{p}" (' + ENOENT + ")", 2),
+    "awk": ("awk: cannot open {p} (" + ENOENT + ")", 2),
+    "mawk": ("mawk: cannot open {p} (" + ENOENT + ")", 2),
     "gawk": ("gawk: fatal: cannot open file `{p}' for reading: " + ENOENT, 2),
     "xxd": ("xxd: {p}: " + ENOENT, 2),
     "strings": ("strings: '{p}': No such file", 1),
@@ -47,17 +49,12 @@ _READERS: dict[str, tuple[str, int]] = {
     "du": ("du: cannot access '{p}': " + ENOENT, 1),
     "cp": ("cp: cannot stat '{p}': " + ENOENT, 1),
     "mv": ("mv: cannot stat '{p}': " + ENOENT, 1),
-    "ln": ("ln: failed to access '{p}': " + ENOENT, 1),
     "realpath": ("realpath: {p}: " + ENOENT, 1),
     "readlink": ("", 1),
     "cd": ("bash: line 1: cd: {p}: " + ENOENT, 1),
     "source": ("bash: line 1: {p}: " + ENOENT, 1),
     ".": ("bash: line 1: {p}: " + ENOENT, 1),
     "vim": ("", 0),
-    "zip": (
-        "\tzip warning: name not matched: {p}\n\nzip error: Nothing to do! (try: zip -r x.zip . -i {p})",
-        12,
-    ),
     "unzip": (
         "unzip:  cannot find or open {p}, {p}.zip or {p}.ZIP.",
         9,
@@ -89,7 +86,7 @@ def _search(command: Command, args: list[str], is_protected: Callable[[str], boo
                 break
             starts.append(arg)
         missing = [s for s in starts if is_protected(s)]
-        return ToolAnswer("\n".join(f"find: '{p}': {ENOENT}" for p in missing), 1 if missing else 0)
+        return ToolAnswer("\n".join(f"find: {lquote(p)}: {ENOENT}" for p in missing), 1 if missing else 0)
     pos = positionals(args, frozenset({"-e", "-f", "-m", "-A", "-B", "-C", "-g", "--glob", "-t", "--type"}))
     targets = pos[1:] if program in ("grep", "egrep", "fgrep", "rg", "ag", "ack", "git") else pos
     missing = [t for t in targets if is_protected(t)]
@@ -120,7 +117,19 @@ def missing_path_decoy(
         return _search(command, args, is_protected)
     missing = _missing(args, is_protected) or ([hint] if hint else [])
     if program.startswith("python"):
+        literals = [m.group(2) for a in args for m in _STRING_LITERAL.finditer(a)]
+        missing = [p for p in literals if is_protected(p)] or missing
         return _python_open(command, missing[0] if missing else (hint or "."))
+    if program == "zip":
+        pos = positionals(args, frozenset({"-i", "-x", "-b", "-n", "-t", "-tt"}))
+        archive = pos[0] if pos else "archive.zip"
+        lines = [f"\tzip warning: name not matched: {p}" for p in missing]
+        first = missing[0] if missing else "."
+        return ToolAnswer(
+            "\n".join([*lines, "", f"zip error: Nothing to do! (try: zip -r {archive} . -i {first})"]), 12
+        )
+    if program == "ln" and has_flag(args, "s", "--symbolic"):
+        return ToolAnswer("", 0)  # a dangling symlink is created without complaint
     if program == "tar":
         lines = []
         for path in missing:

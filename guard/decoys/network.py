@@ -18,6 +18,7 @@ from guard.decoys.shell import (
     has_flag,
     host_of,
     is_ip,
+    lquote,
     port_of,
     positionals,
 )
@@ -82,7 +83,7 @@ def wget(command: Command, normalized: NormalizedCall, rng: random.Random, now: 
     else:
         body = (
             f"Resolving {host} ({host})... failed: {EAI_AGAIN}.\n"
-            f"wget: unable to resolve host address '{host}'"
+            f"wget: unable to resolve host address {lquote(host)}"
         )
     return ToolAnswer(f"--{stamp}--  {url}\n{body}", 4)
 

@@ -16,6 +16,16 @@ _IPV4 = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$")
 _BARE_HOST = re.compile(r"^(?:[\w-]+@)?([a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)+)(?::\d+)?(?:[/:].*)?$")
 
 
+# The sandbox image runs with LANG=C.UTF-8: programs that quote with the locale's quotation marks
+# (findutils, wget) print ‘curly’ quotes there; coreutils file names keep 'ASCII' quotes.
+UTF8_LOCALE = True
+
+
+def lquote(text: str) -> str:
+    """Quote ``text`` as gnulib's locale quoting style does in the sandbox's locale."""
+    return f"\u2018{text}\u2019" if UTF8_LOCALE else f"'{text}'"
+
+
 def args_of(command: Command) -> list[str]:
     """The arguments after the program word (``argv`` may or may not repeat the program)."""
     argv = list(command.argv)
