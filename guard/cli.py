@@ -153,11 +153,15 @@ def _print_eval_table(file: Path, report: dict[str, Any]) -> None:
     console.print(per_category)
 
 
-def bench_guard(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table")) -> None:
+def bench_guard(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table"),
+    corpus: Path | None = typer.Option(None, "--corpus", help="JSONL corpus (default: the shipped one)"),
+    rounds: int = typer.Option(5, "--rounds", min=1, max=1000, help="Passes over the corpus"),
+) -> None:
     """Stage-1 throughput on one core and latency p50/p99 over the corpus."""
     from guard.bench import run_guard_bench
 
-    result = run_guard_bench()
+    result = run_guard_bench(corpus, rounds=rounds)
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
