@@ -213,6 +213,15 @@ class Rule:
             code=code,
         )
 
+    def needs_any(self, has: tuple[bool, bool, bool, bool]) -> bool:
+        """Cheap pre-filter: False when the call lacks something this rule requires."""
+        facts, blocks, paths, commands = has
+        if (self.fact is not None and not facts) or (self.code is not None and not blocks):
+            return False
+        if (self.paths is not None or self.protected) and not paths:
+            return False
+        return commands or (self.arg is None and self.args is None and self.source is None)
+
     def _command_ok(self, cmd: Command) -> bool:
         if self.source is not None and not self.source.search(cmd.source):
             return False
@@ -316,6 +325,17 @@ class RuleEngine:
         order = {id(r): i for i, r in enumerate(rules)}
         self.rules = tuple(sorted(rules, key=lambda r: (SEVERITY[r.action], order[id(r)])))
         self.protected = ProtectedPaths(protected_paths)
+        # Index: rules naming programs are reached through the programs a call runs; the rest
+        # are pre-filtered on what they need (facts, code, paths, commands) before any regex.
+        self._by_program: dict[str, list[int]] = {}
+        self._general: list[tuple[int, Rule]] = []
+        self._general_for: dict[tuple[bool, bool, bool, bool], tuple[int, ...]] = {}
+        for i, rule in enumerate(self.rules):
+            if rule.programs is not None:
+                for program in rule.programs:
+                    self._by_program.setdefault(program, []).append(i)
+            else:
+                self._general.append((i, rule))
 
     @classmethod
     def load(
@@ -344,8 +364,15 @@ class RuleEngine:
                 f"cannot be read statically: {normalized.parse_error}",
             )
         programs = {c.program for c in normalized.commands}
-        for rule in self.rules:
-            hit = rule.evaluate(normalized, programs, self.protected)
+        candidates: set[int] = set()
+        for program in programs:
+            candidates.update(self._by_program.get(program, ()))
+        has = (bool(normalized.facts), bool(normalized.blocks), bool(normalized.paths), bool(programs))
+        general = self._general_for.get(has)
+        if general is None:
+            general = self._general_for[has] = tuple(i for i, rule in self._general if rule.needs_any(has))
+        for i in sorted(candidates.union(general)) if candidates else general:
+            hit = self.rules[i].evaluate(normalized, programs, self.protected)
             if hit is not None:
                 return hit
         return None

@@ -66,9 +66,10 @@ def _const_str(node: ast.AST) -> str | None:
         parts = [_const_str(v) if not isinstance(v, ast.FormattedValue) else "{}" for v in node.values]
         return "".join(p or "" for p in parts)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        # "prefix" + var / var + "/sitecustomize.py": keep the known part, mark the unknown one
         left, right = _const_str(node.left), _const_str(node.right)
-        if left is not None and right is not None:
-            return left + right
+        if left is not None or right is not None:
+            return (left if left is not None else "{}") + (right if right is not None else "{}")
     return None
 
 

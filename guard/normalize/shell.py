@@ -274,13 +274,13 @@ class ShellWalker:
         words: list[Node] = []
         redirects = list(redirects)
         assigns: list[Node] = []
-        for i, child in enumerate(node.children):
-            field_name = node.field_name_for_child(i)
-            if child.type == "variable_assignment":
+        for child in node.named_children:
+            kind = child.type
+            if kind == "variable_assignment":
                 assigns.append(child)
-            elif child.type.endswith("redirect"):
+            elif kind.endswith("redirect"):
                 redirects.append(child)
-            elif field_name in ("name", "argument"):
+            elif kind != "comment":
                 words.append(child)
         for a in assigns:
             self.assign(a, level)
@@ -495,6 +495,7 @@ class ShellWalker:
             return None
         if programs.is_python(name):
             return self.python(argv, stdin)
+        self.note_file_effects(name, argv)
         lang = programs.INTERPRETERS.get(name)
         if lang is not None:
             return self.interpreter(lang, argv, stdin)
@@ -503,7 +504,6 @@ class ShellWalker:
                 if target not in _NULL_SINKS:
                     self.f.note_write(target, stdin, self.cwd, self.depth)
             return stdin
-        self.note_file_effects(name, argv)
         return static_output(name, argv, stdin, self.f.files, lambda p: absolute(p, self.cwd))
 
     def collect_paths(self, name: str, argv: list[str]) -> None:
@@ -617,7 +617,8 @@ class ShellWalker:
         i = 1
         while i < len(argv):
             arg = argv[i]
-            if arg in flags and i + 1 < len(argv):
+            inline = arg in flags or (lang in ("perl", "ruby") and re.fullmatch(r"-[a-zA-Z]*[eE]", arg))
+            if inline and i + 1 < len(argv):
                 self.f.add_code(lang, argv[i + 1], "run", None, self.depth, self.cwd)
                 return None
             if lang == "awk" and arg in ("-F", "-v", "-f"):

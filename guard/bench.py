@@ -1,0 +1,72 @@
+"""``rlguard bench guard``: stage-1 (normalise + rules) throughput on one core, latency p50/p99.
+
+Every call of the corpus is distinct and the engine has no result cache, so each measurement is a
+full normalisation and rule pass; nothing is memoised between rounds except compiled regexes and
+the parser (built once at import, as in the gateway). The process is pinned to one CPU where the
+OS allows it. The 1-minute load average is reported next to the numbers: on a shared machine other
+processes steal the core and inflate every figure.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from guard.eval import load_corpus
+from guard.rules import RuleEngine
+from rlguard.errors import RlguardError
+
+DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "tests" / "guard" / "corpus.jsonl"
+
+
+def _pin_one_core() -> int | None:
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[-1]})
+        return cpus[-1]
+    except (AttributeError, OSError):
+        return None
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+def run_guard_bench(corpus: Path | None = None, rounds: int = 5) -> dict[str, Any]:
+    """Measure stage 1 over every call of ``corpus`` (default: the shipped test corpus)."""
+    path = Path(corpus) if corpus else DEFAULT_CORPUS
+    if not path.is_file():
+        raise RlguardError(f"{path}: corpus not found (pass a corpus file)")
+    calls = [row.call for row in load_corpus(path)]
+    engine = RuleEngine.load()
+    cpu = _pin_one_core()
+    for call in calls:  # warm-up: first-use costs (regex caches, lazy imports) are not per-call
+        engine.evaluate(call)
+    latencies: list[float] = []
+    started = time.perf_counter()
+    cpu_started = time.process_time()
+    for _ in range(rounds):
+        for call in calls:
+            t0 = time.perf_counter_ns()
+            engine.evaluate(call)
+            latencies.append((time.perf_counter_ns() - t0) / 1000)
+    wall = time.perf_counter() - started
+    cpu_time = time.process_time() - cpu_started
+    latencies.sort()
+    return {
+        "calls_per_s": round(len(latencies) / wall, 1),
+        "calls_per_cpu_s": round(len(latencies) / cpu_time, 1) if cpu_time else None,
+        "p50_us": round(_percentile(latencies, 0.50), 1),
+        "p99_us": round(_percentile(latencies, 0.99), 1),
+        "mean_us": round(statistics.fmean(latencies), 1),
+        "max_us": round(latencies[-1], 1),
+        "distinct_calls": len(calls),
+        "measured_calls": len(latencies),
+        "result_cache": False,
+        "pinned_cpu": cpu,
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
