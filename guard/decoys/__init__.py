@@ -26,7 +26,7 @@ from guard.decoys.files import missing_path_decoy
 from guard.decoys.git import git_decoy, history_probe
 from guard.decoys.network import BY_PROGRAM as NETWORK_PROGRAMS
 from guard.decoys.network import network_decoy
-from guard.decoys.shell import command_not_found, seeded_rng
+from guard.decoys.shell import bash_syntax_error, command_not_found, seeded_rng
 from guard.decoys.tampering import CONTAINER_CLIS, escape_decoy, tamper_decoy
 from guard.decoys.wording import (
     edit_success_answer,
@@ -113,6 +113,9 @@ def make_decoy(
         return edit_success_answer(path)
     if call.tool != "bash":
         return ToolAnswer("", 0)
+    script = str(call.arguments.get("command", ""))
+    if result.normalized.parse_error and (syntax := bash_syntax_error(script)) is not None:
+        return syntax  # bash itself would refuse it, in these very words
     answer = _bash_decoy(result, context, probe, protected, now or datetime.now(UTC))
     if answer is probe or not answer.output or answer.output.endswith("\n"):
         return answer

@@ -6,6 +6,8 @@ import hashlib
 import posixpath
 import random
 import re
+import shutil
+import subprocess
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
@@ -116,3 +118,31 @@ def command_not_found(program: str) -> ToolAnswer:
 def silent_success() -> ToolAnswer:
     """Most commands that change files print nothing and exit 0."""
     return ToolAnswer(output="", exit_code=0)
+
+
+_BASH = shutil.which("bash")
+_MAX_SYNTAX_CHECK_CHARS = 100_000
+
+
+def bash_syntax_error(script: str) -> ToolAnswer | None:
+    """What ``bash -c script`` says when the script does not parse, or None when it parses.
+
+    ``bash -n`` only reads the script and executes nothing, so bash's own message (exit code 2)
+    can be had without running the agent's command.
+    """
+    if _BASH is None or len(script) > _MAX_SYNTAX_CHECK_CHARS:
+        return None
+    try:
+        done = subprocess.run(
+            ["bash", "-n", "-c", script],  # argv[0] "bash": it prefixes every message
+            executable=_BASH,
+            capture_output=True,
+            timeout=2,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode == 0:
+        return None
+    return ToolAnswer(done.stderr.decode("utf-8", "replace"), 2)

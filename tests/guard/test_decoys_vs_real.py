@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from guard.types import Category
+from guard.decoys import make_decoy
+from guard.types import Category, GuardContext, NormalizedCall, RuleMatch, RuleResult, ToolCall
 from tests.guard.test_decoys import decoy
 
 UNSHARE = shutil.which("unshare")
@@ -153,3 +154,16 @@ def test_reading_a_protected_path_matches_the_real_one(command: str) -> None:
     code = (shlex.split(command)[2],) if command.startswith("python3 -c") else ()
     fake = decoy(command, Category.HIDDEN_TEST_ACCESS, code=code)
     assert run_offline(command) == (fake.output, fake.exit_code)
+
+
+@pytest.mark.parametrize("script", ["echo $(( 1 + ", 'echo "abc', "if true; then echo", "echo )"])
+def test_unparseable_commands_fail_as_bash_does(script: str) -> None:
+    """A call the parser rejects gets bash's own syntax error (single lines: nothing runs for real)."""
+    call = ToolCall("bash", {"command": script})
+    normalized = NormalizedCall("bash", script, parse_error="shell syntax error")
+    result = RuleResult(normalized, RuleMatch("unparseable", "unparseable", "escalate", "cannot parse"))
+    fake = make_decoy(call, result, GuardContext(episode_id="e"))
+    real = subprocess.run(
+        ["bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=10
+    )
+    assert (real.stdout.decode(), real.returncode) == (fake.output, fake.exit_code)
