@@ -1,0 +1,59 @@
+"""The default task catalog and grading hook: ``rollout``'s task suites and tamper-proof grader."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rlguard.errors import RlguardError
+from rlguard.gateway.tasks import GradeOutcome, TaskInfo, UnknownTaskError
+from sandbox.base import SandboxBackend
+from sandbox.settings import SandboxLimits
+
+
+class SuiteCatalog:
+    """Tasks of the configured suites (``rollout.tasks.TaskRegistry``), as the gateway sees them."""
+
+    def __init__(self, suites: Sequence[str | Path], base_limits: SandboxLimits) -> None:
+        from rollout.tasks import TaskRegistry
+
+        self._registry = TaskRegistry(list(suites))
+        self._base_limits = base_limits
+        self._infos: dict[str, TaskInfo] = {}
+
+    def _info(self, task: Any) -> TaskInfo:
+        info = self._infos.get(task.id)
+        if info is None:
+            info = self._infos[task.id] = TaskInfo(
+                id=task.id,
+                instructions=task.instructions,
+                image=task.resolved_image(),
+                limits=task.sandbox_limits(self._base_limits),
+                workspace=task.workspace_tar(),
+                protected_paths=tuple(task.protected_paths),
+                details={"horizon": task.horizon},
+                source=task,
+            )
+        return info
+
+    def list_tasks(self) -> list[TaskInfo]:
+        return [self._info(task) for task in self._registry.list()]
+
+    def resolve(self, ref: str) -> TaskInfo:
+        if ref not in self._registry:
+            raise UnknownTaskError(ref)
+        try:
+            return self._info(self._registry.get(ref))
+        except RlguardError as exc:
+            raise UnknownTaskError(ref) from exc
+
+
+async def grade_with_hidden_tests(
+    backend: SandboxBackend, task: TaskInfo, workspace_tar: bytes
+) -> GradeOutcome:
+    """``rollout.grading.grade``: the final workspace and the pristine hidden tests in a fresh container."""
+    from rollout.grading import grade
+
+    result = await grade(backend, task.source, workspace_tar)
+    return GradeOutcome(reward=float(result.reward), details=dict(result.details))

@@ -1,0 +1,1 @@
+"""HTTP routers: parse, authorise, call a service, shape the answer."""

@@ -1,0 +1,213 @@
+"""The v1 JSON API (DESIGN.md "Gateway HTTP API (v1)")."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, HTTPException, Query
+
+from rlguard.gateway.deps import GatewayState, require_admin, require_episode_access, state
+from rlguard.gateway.schemas import (
+    CallRequest,
+    CreateEpisodeRequest,
+    CreateEpisodeResponse,
+    EpisodeView,
+    FinishResponse,
+    InterceptPage,
+    SubTrajectoryCreated,
+    SubTrajectorySummary,
+    SubTrajectoryUpload,
+    TaskView,
+    ToolAnswerBody,
+    ToolCallView,
+)
+from rlguard.gateway.services.episodes import CapacityError, EpisodeNotFound, EpisodeNotRunning
+from rlguard.gateway.tasks import UnknownTaskError
+from rlguard.gateway.tools import openai_tools
+from rlguard.store.codec import decode_action_mask
+from rlguard.store.models import EpisodeRow
+from rlguard.store.repository import DuplicateError, InterceptFilter
+
+router = APIRouter(prefix="/v1")
+
+_404 = {404: {"description": "No such episode"}}
+_409 = {409: {"description": "The episode has ended"}}
+_AUTH = {401: {"description": "Missing or invalid token"}, 403: {"description": "Token out of its scope"}}
+
+
+def _not_found(episode_id: str) -> HTTPException:
+    return HTTPException(404, f"no episode {episode_id!r}")
+
+
+@router.get("/tools", summary="The tools the agent sees (OpenAI function-calling schemas)")
+async def list_tools() -> list[dict[str, Any]]:
+    return openai_tools()
+
+
+@router.get("/tasks", dependencies=[Depends(require_admin)], responses=_AUTH)
+async def list_tasks(gw: GatewayState = Depends(state)) -> list[TaskView]:
+    return [
+        TaskView(id=t.id, suite=t.suite, instructions=t.instructions, image=t.image, details=t.details)
+        for t in gw.episodes.catalog.list_tasks()
+    ]
+
+
+@router.post(
+    "/episodes",
+    status_code=201,
+    dependencies=[Depends(require_admin)],
+    responses={**_AUTH, 404: {"description": "No such task"}, 503: {"description": "No sandbox could start"}},
+)
+async def create_episode(
+    body: CreateEpisodeRequest, gw: GatewayState = Depends(state)
+) -> CreateEpisodeResponse:
+    try:
+        live, token = await gw.episodes.create(body.task, body.policy_version)
+    except UnknownTaskError as exc:
+        raise HTTPException(404, f"no task {body.task!r}") from exc
+    except CapacityError as exc:
+        raise HTTPException(503, str(exc), headers={"Retry-After": "5"}) from exc
+    return CreateEpisodeResponse(episode_id=live.id, agent_token=token, tools=openai_tools())
+
+
+@router.post(
+    "/episodes/{episode_id}/calls",
+    dependencies=[Depends(require_episode_access)],
+    responses={**_AUTH, **_404, **_409},
+)
+async def call_tool(
+    episode_id: str, call: Annotated[CallRequest, Body()], gw: GatewayState = Depends(state)
+) -> ToolAnswerBody:
+    try:
+        answer = await gw.episodes.call(episode_id, call)
+    except EpisodeNotFound as exc:
+        raise _not_found(episode_id) from exc
+    except EpisodeNotRunning as exc:
+        raise HTTPException(409, str(exc)) from exc
+    return ToolAnswerBody(output=answer.output, exit_code=answer.exit_code, truncated=answer.truncated)
+
+
+@router.post(
+    "/episodes/{episode_id}/finish",
+    dependencies=[Depends(require_episode_access)],
+    responses={**_AUTH, **_404, **_409},
+)
+async def finish_episode(episode_id: str, gw: GatewayState = Depends(state)) -> FinishResponse:
+    try:
+        outcome = await gw.episodes.finish(episode_id)
+    except EpisodeNotFound as exc:
+        raise _not_found(episode_id) from exc
+    except EpisodeNotRunning as exc:
+        raise HTTPException(409, str(exc)) from exc
+    return FinishResponse(reward=outcome.reward, details=outcome.details)
+
+
+@router.post(
+    "/episodes/{episode_id}/subtrajectories",
+    status_code=201,
+    dependencies=[Depends(require_episode_access)],
+    responses={**_AUTH, **_404, 409: {"description": "This index was already uploaded"}},
+    summary="Store one token-level sub-trajectory of an episode (rollout runner)",
+)
+async def upload_sub_trajectory(
+    episode_id: str, body: SubTrajectoryUpload, gw: GatewayState = Depends(state)
+) -> SubTrajectoryCreated:
+    try:
+        row = await gw.episodes.add_sub_trajectory(episode_id, body)
+    except EpisodeNotFound as exc:
+        raise _not_found(episode_id) from exc
+    except DuplicateError as exc:
+        raise HTTPException(
+            409, f"sub-trajectory {body.index} of episode {episode_id} already exists"
+        ) from exc
+    return SubTrajectoryCreated(episode_id=episode_id, index=row.index, num_tokens=row.num_tokens)
+
+
+def episode_view(row: EpisodeRow) -> EpisodeView:
+    return EpisodeView(
+        episode_id=row.id,
+        task=row.task_id,
+        policy_version=row.policy_version,
+        status=row.status,
+        reward=row.reward,
+        sandbox_id=row.sandbox_id,
+        num_calls=row.num_calls,
+        created_at=row.created_at,
+        last_activity_at=row.last_activity_at,
+        finished_at=row.finished_at,
+        details=row.details,
+        tool_calls=[
+            ToolCallView(
+                seq=c.seq,
+                tool=c.tool,
+                arguments=c.arguments,
+                normalized=c.normalized,
+                action=c.action,
+                stage=c.stage,
+                rule_id=c.rule_id,
+                category=c.category,
+                confidence=c.confidence,
+                reason=c.reason,
+                answer=ToolAnswerBody(
+                    output=c.answer_output, exit_code=c.answer_exit_code, truncated=c.answer_truncated
+                ),
+                was_decoy=c.was_decoy,
+                exit_code=c.exit_code,
+                timed_out=c.timed_out,
+                guard_ms=c.guard_ms,
+                exec_ms=c.exec_ms,
+                total_ms=c.total_ms,
+                created_at=c.created_at,
+            )
+            for c in row.tool_calls
+        ],
+        sub_trajectories=[
+            SubTrajectorySummary(
+                index=s.index,
+                num_tokens=s.num_tokens,
+                num_action_tokens=int(decode_action_mask(s.action_mask).sum()),
+                policy_version=s.policy_version,
+                trainable=s.trainable,
+                consumed_at=s.consumed_at,
+                consumed_by_step=s.consumed_by_step,
+            )
+            for s in row.sub_trajectories
+        ],
+    )
+
+
+@router.get("/episodes/{episode_id}", dependencies=[Depends(require_admin)], responses={**_AUTH, **_404})
+async def get_episode(episode_id: str, gw: GatewayState = Depends(state)) -> EpisodeView:
+    try:
+        row = await gw.episodes.episode(episode_id)
+    except EpisodeNotFound as exc:
+        raise _not_found(episode_id) from exc
+    return episode_view(row)
+
+
+@router.get("/audit/intercepts", dependencies=[Depends(require_admin)], responses=_AUTH)
+async def list_intercepts(
+    gw: GatewayState = Depends(state),
+    category: Annotated[str | None, Query(max_length=64)] = None,
+    stage: Annotated[str | None, Query(max_length=16)] = None,
+    episode_id: Annotated[str | None, Query(max_length=64)] = None,
+    policy_version: Annotated[str | None, Query(max_length=200)] = None,
+    since: Annotated[datetime | None, Query(description="ISO 8601; naive means UTC")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+) -> InterceptPage:
+    filters = InterceptFilter(
+        category=category,
+        stage=stage,
+        episode_id=episode_id,
+        policy_version=policy_version,
+        since=_utc(since),
+    )
+    return await gw.audit.intercepts(filters, limit, offset)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value

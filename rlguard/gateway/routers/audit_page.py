@@ -1,0 +1,148 @@
+"""``/audit``: the server-rendered audit page (Jinja2, inline SVG chart, no front-end build).
+
+A browser cannot send a bearer header, so the page accepts the admin token once (``?token=`` or
+the login form) and then keeps a session cookie derived from it (HttpOnly, SameSite=Strict); the
+cookie is a hash, never the token itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import parse_qs, urlencode
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from rlguard.gateway.auth import hash_token, hashes_equal
+from rlguard.gateway.deps import GatewayState
+from rlguard.store.repository import InterceptFilter, InterceptStats
+
+router = APIRouter(include_in_schema=False)
+templates = Jinja2Templates(directory=str(Path(__file__).resolve().parent.parent / "templates"))
+
+COOKIE = "rlguard_audit"
+PAGE_SIZE = 50
+FILTERS = ("category", "stage", "episode_id", "policy_version", "since")
+CATEGORIES = (
+    "answer_fetch",
+    "hidden_test_access",
+    "git_history_leak",
+    "test_tampering",
+    "grader_tampering",
+    "sandbox_escape",
+    "unparseable",
+)
+
+
+def session_value(admin_hash: str) -> str:
+    return hashlib.sha256(f"rlguard-audit-session:{admin_hash}".encode()).hexdigest()
+
+
+def _gw(request: Request) -> GatewayState:
+    return request.app.state.gateway
+
+
+def _has_session(request: Request) -> bool:
+    cookie = request.cookies.get(COOKIE, "")
+    return bool(cookie) and hashes_equal(cookie, session_value(_gw(request).admin_hash))
+
+
+def _login_redirect(request: Request, token: str, target_query: dict[str, str]) -> Response:
+    gw = _gw(request)
+    if not hashes_equal(hash_token(token), gw.admin_hash):
+        return _login_page(request, error="That token is not the admin token.")
+    url = "/audit" + (f"?{urlencode(target_query)}" if target_query else "")
+    response = RedirectResponse(url, status_code=303)
+    response.set_cookie(COOKIE, session_value(gw.admin_hash), httponly=True, samesite="strict", path="/audit")
+    return response
+
+
+def _login_page(request: Request, error: str | None = None) -> HTMLResponse:
+    return templates.TemplateResponse(request, "login.html", {"error": error}, status_code=401)
+
+
+@router.post("/audit/login")
+async def login(request: Request) -> Response:
+    body = await request.body()
+    form = parse_qs(body.decode("utf-8", errors="replace"))
+    return _login_redirect(request, form.get("token", [""])[0].strip(), {})
+
+
+@router.get("/audit/logout")
+async def logout() -> Response:
+    response = RedirectResponse("/audit", status_code=303)
+    response.delete_cookie(COOKIE, path="/audit")
+    return response
+
+
+def _parse_since(value: str) -> datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
+
+
+def _chart(stats: InterceptStats) -> dict[str, object]:
+    """Bar geometry for the inline SVG: intercept rate per policy version."""
+    rows = stats.by_policy_version
+    bar_w, gap, height = 48, 16, 160
+    bars = []
+    for i, row in enumerate(rows):
+        h = round(row.rate * height, 1)
+        bars.append(
+            {
+                "x": 40 + i * (bar_w + gap),
+                "y": 10 + height - h,
+                "w": bar_w,
+                "h": h,
+                "label": row.key or "(none)",
+                "rate": f"{row.rate:.1%}",
+                "detail": f"{row.intercepted}/{row.calls}",
+            }
+        )
+    return {"bars": bars, "width": 60 + len(rows) * (bar_w + gap), "height": height, "base": 10 + height}
+
+
+@router.get("/audit", response_class=HTMLResponse)
+async def audit_page(request: Request) -> Response:
+    params = {k: v.strip() for k, v in request.query_params.items() if k in (*FILTERS, "token", "page")}
+    token = params.pop("token", None)
+    if token is not None:
+        return _login_redirect(request, token, {k: v for k, v in params.items() if v})
+    if not _has_session(request):
+        return _login_page(request)
+    try:
+        page = max(0, min(int(params.get("page", "0") or 0), 100_000))
+    except ValueError:
+        page = 0
+    filters = InterceptFilter(
+        category=params.get("category") or None,
+        stage=params.get("stage") or None,
+        episode_id=params.get("episode_id") or None,
+        policy_version=params.get("policy_version") or None,
+        since=_parse_since(params.get("since", "")),
+    )
+    gw = _gw(request)
+    result = await gw.audit.intercepts(filters, PAGE_SIZE, page * PAGE_SIZE)
+    stats = await gw.audit.stats()
+    query = {k: v for k, v in params.items() if k in FILTERS and v}
+    return templates.TemplateResponse(
+        request,
+        "audit.html",
+        {
+            "items": result.items,
+            "filters": {k: params.get(k, "") for k in FILTERS},
+            "categories": CATEGORIES,
+            "stats": stats,
+            "chart": _chart(stats),
+            "page": page,
+            "prev_url": f"/audit?{urlencode({**query, 'page': page - 1})}" if page > 0 else None,
+            "next_url": f"/audit?{urlencode({**query, 'page': page + 1})}" if result.next_offset else None,
+        },
+    )

@@ -1,0 +1,213 @@
+"""Request and response bodies of the v1 API (the OpenAPI schema is generated from these)."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from rlguard.gateway.tools import (
+    BashArgs,
+    EditFileArgs,
+    ListDirArgs,
+    ReadFileArgs,
+    SubmitArgs,
+    WriteFileArgs,
+)
+
+MAX_SUB_TRAJECTORY_TOKENS = 262_144
+MAX_SUB_TRAJECTORY_INDEX = 100_000
+TOKEN_ID_MAX = 2**31 - 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- tool calls --------------------------------------------------------------------------------
+
+
+class BashCall(_Strict):
+    tool: Literal["bash"]
+    arguments: BashArgs
+
+
+class ReadFileCall(_Strict):
+    tool: Literal["read_file"]
+    arguments: ReadFileArgs
+
+
+class WriteFileCall(_Strict):
+    tool: Literal["write_file"]
+    arguments: WriteFileArgs
+
+
+class EditFileCall(_Strict):
+    tool: Literal["edit_file"]
+    arguments: EditFileArgs
+
+
+class ListDirCall(_Strict):
+    tool: Literal["list_dir"]
+    arguments: ListDirArgs = Field(default_factory=ListDirArgs)
+
+
+class SubmitCall(_Strict):
+    tool: Literal["submit"]
+    arguments: SubmitArgs = Field(default_factory=SubmitArgs)
+
+
+CallRequest = Annotated[
+    BashCall | ReadFileCall | WriteFileCall | EditFileCall | ListDirCall | SubmitCall,
+    Field(discriminator="tool"),
+]
+
+
+class ToolAnswerBody(BaseModel):
+    """The one answer shape, real or decoy."""
+
+    output: str
+    exit_code: int
+    truncated: bool
+
+
+# -- episodes ----------------------------------------------------------------------------------
+
+
+class CreateEpisodeRequest(_Strict):
+    task: str = Field(
+        min_length=3, max_length=200, pattern=r"^[^/\s]+/[^/\s]+$", description="<suite>/<task_id>"
+    )
+    policy_version: str | None = Field(None, min_length=1, max_length=200)
+
+
+class CreateEpisodeResponse(BaseModel):
+    episode_id: str
+    agent_token: str
+    tools: list[dict[str, Any]]
+
+
+class FinishResponse(BaseModel):
+    reward: float
+    details: dict[str, Any]
+
+
+class SubTrajectoryUpload(_Strict):
+    """One sub-trajectory from the rollout runner: equal-length token ids, action mask and logprobs."""
+
+    index: int = Field(ge=0, le=MAX_SUB_TRAJECTORY_INDEX)
+    token_ids: list[Annotated[int, Field(ge=0, le=TOKEN_ID_MAX)]] = Field(
+        min_length=1, max_length=MAX_SUB_TRAJECTORY_TOKENS
+    )
+    action_mask: list[Literal[0, 1]] = Field(min_length=1, max_length=MAX_SUB_TRAJECTORY_TOKENS)
+    logprobs: list[float] = Field(min_length=1, max_length=MAX_SUB_TRAJECTORY_TOKENS)
+    policy_version: str | None = Field(None, min_length=1, max_length=200)
+    trainable: bool = True
+
+    @field_validator("logprobs")
+    @classmethod
+    def _finite(cls, values: list[float]) -> list[float]:
+        if not all(math.isfinite(v) for v in values):
+            raise ValueError("logprobs must be finite numbers")
+        return values
+
+    @model_validator(mode="after")
+    def _same_length(self) -> SubTrajectoryUpload:
+        lengths = {len(self.token_ids), len(self.action_mask), len(self.logprobs)}
+        if len(lengths) != 1:
+            raise ValueError(
+                f"token_ids ({len(self.token_ids)}), action_mask ({len(self.action_mask)}) and "
+                f"logprobs ({len(self.logprobs)}) must have the same length"
+            )
+        return self
+
+
+class SubTrajectoryCreated(BaseModel):
+    episode_id: str
+    index: int
+    num_tokens: int
+
+
+class ToolCallView(BaseModel):
+    seq: int
+    tool: str
+    arguments: dict[str, Any]
+    normalized: str
+    action: str
+    stage: str | None
+    rule_id: str | None
+    category: str | None
+    confidence: float | None
+    reason: str
+    answer: ToolAnswerBody
+    was_decoy: bool
+    exit_code: int | None
+    timed_out: bool
+    guard_ms: float
+    exec_ms: float
+    total_ms: float
+    created_at: datetime
+
+
+class SubTrajectorySummary(BaseModel):
+    index: int
+    num_tokens: int
+    num_action_tokens: int
+    policy_version: str | None
+    trainable: bool
+    consumed_at: datetime | None
+    consumed_by_step: int | None
+
+
+class EpisodeView(BaseModel):
+    episode_id: str
+    task: str
+    policy_version: str | None
+    status: str
+    reward: float | None
+    sandbox_id: str | None
+    num_calls: int
+    created_at: datetime
+    last_activity_at: datetime
+    finished_at: datetime | None
+    details: dict[str, Any]
+    tool_calls: list[ToolCallView]
+    sub_trajectories: list[SubTrajectorySummary]
+
+
+# -- tasks and audit ---------------------------------------------------------------------------
+
+
+class TaskView(BaseModel):
+    id: str
+    suite: str
+    instructions: str
+    image: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class InterceptView(BaseModel):
+    id: int
+    episode_id: str
+    task: str
+    policy_version: str | None
+    seq: int
+    tool: str
+    arguments: dict[str, Any]
+    normalized: str
+    action: str
+    stage: str | None
+    rule_id: str | None
+    category: str | None
+    confidence: float | None
+    reason: str
+    answer: ToolAnswerBody = Field(description="What the agent was shown (the decoy when was_decoy)")
+    was_decoy: bool
+    created_at: datetime
+
+
+class InterceptPage(BaseModel):
+    items: list[InterceptView]
+    next_offset: int | None = Field(description="Offset of the next page; null on the last page")

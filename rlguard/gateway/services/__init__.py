@@ -1,0 +1,1 @@
+"""The gateway's logic (routers stay thin and call these)."""

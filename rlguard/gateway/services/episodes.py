@@ -1,0 +1,405 @@
+"""Episode lifecycle: create (sandbox from the warm pool), guarded calls, finish (grade), time out.
+
+Live episodes are held in memory (sandbox, guard, lock, next call number) so the hot path of a
+call touches the database once: the insert of its record, committed before the answer leaves.
+Calls of one episode are serialised by its lock; different episodes run concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from guard.types import Action, GuardContext, GuardDecision, ToolAnswer, ToolCall
+from rlguard.gateway.auth import hash_token, hashes_equal, new_token
+from rlguard.gateway.dbrunner import DbRunner
+from rlguard.gateway.metrics import GatewayMetrics
+from rlguard.gateway.schemas import CallRequest, SubTrajectoryUpload
+from rlguard.gateway.services.tool_runner import run_tool
+from rlguard.gateway.settings import GatewaySettings
+from rlguard.gateway.tasks import GradeHook, GradeOutcome, TaskCatalog, TaskInfo
+from rlguard.store.codec import encode_action_mask, encode_logprobs, encode_token_ids
+from rlguard.store.models import EpisodeRow, EpisodeStatus, SubTrajectoryRow, ToolCallRow, utcnow
+from sandbox.base import Sandbox, SandboxBackend, SandboxSpec
+
+log = logging.getLogger("rlguard.gateway.episodes")
+
+RECENT_TURNS = 8
+RECENT_TURN_CHARS = 400
+
+
+class EpisodeNotFound(Exception):
+    pass
+
+
+class EpisodeNotRunning(Exception):
+    def __init__(self, episode_id: str, status: str) -> None:
+        super().__init__(f"episode {episode_id} is {status}; it takes no more calls")
+        self.status = status
+
+
+class CapacityError(Exception):
+    """No sandbox could be started (engine down or out of resources)."""
+
+
+Probe = Callable[[str], Awaitable[ToolAnswer]]
+
+
+class GuardLike(Protocol):
+    async def check(
+        self, call: ToolCall, context: GuardContext, probe: Probe | None = None
+    ) -> GuardDecision: ...
+
+
+class PoolLike(Protocol):
+    async def acquire(self, spec: SandboxSpec) -> Sandbox: ...
+
+
+PROBE_OUTPUT_CAP = 16 * 1024
+
+
+@dataclass
+class LiveEpisode:
+    id: str
+    task: TaskInfo
+    token_hash: str
+    sandbox: Sandbox
+    policy_version: str | None
+    started: float = field(default_factory=time.monotonic)
+    last_activity: float = field(default_factory=time.monotonic)
+    next_seq: int = 0
+    closed: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_TURNS))
+
+
+class EpisodeService:
+    def __init__(
+        self,
+        *,
+        db: DbRunner,
+        catalog: TaskCatalog,
+        grade: GradeHook,
+        backend: SandboxBackend,
+        pool: PoolLike,
+        guard: GuardLike,
+        metrics: GatewayMetrics,
+        settings: GatewaySettings,
+    ) -> None:
+        self.db = db
+        self.catalog = catalog
+        self.grade = grade
+        self.backend = backend
+        self.pool = pool
+        self.guard = guard
+        self.metrics = metrics
+        self.settings = settings
+        self.live: dict[str, LiveEpisode] = {}
+        self._live_by_token: dict[str, str] = {}
+        self._exec_ms_ema: dict[str, float] = {}
+
+    # -- access -----------------------------------------------------------------------------------
+
+    async def token_opens_episode(self, episode_id: str, token_hash: str) -> bool | None:
+        """True: this episode's token; False: another episode's token; None: no agent token at all."""
+        live = self.live.get(episode_id)
+        if live is not None and hashes_equal(live.token_hash, token_hash):
+            return True
+        if token_hash in self._live_by_token:
+            return False
+        owner = await self.db.run(self.db.store.episode_id_for_token_hash, token_hash)
+        if owner is None:
+            return None
+        return owner == episode_id
+
+    async def is_agent_token(self, token_hash: str) -> bool:
+        if token_hash in self._live_by_token:
+            return True
+        return await self.db.run(self.db.store.episode_id_for_token_hash, token_hash) is not None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def recover(self) -> list[str]:
+        """At start: episodes a killed gateway left ``running`` become ``interrupted``; reap sandboxes."""
+        orphans = await self.db.run(self.db.store.interrupt_running)
+        removed = await self.backend.gc()
+        for episode_id, sandbox_id in orphans:
+            log.warning(
+                "episode interrupted by a gateway restart",
+                extra={"episode_id": episode_id, "sandbox_id": sandbox_id},
+            )
+        if removed:
+            log.info("reaped orphaned sandboxes", extra={"count": removed})
+        return [episode_id for episode_id, _ in orphans]
+
+    async def create(self, task_ref: str, policy_version: str | None) -> tuple[LiveEpisode, str]:
+        """Resolve the task, take a sandbox with its workspace, record the episode; return its token."""
+        task = self.catalog.resolve(task_ref)
+        episode_id = uuid.uuid4().hex
+        token = new_token()
+        token_hash = hash_token(token)
+        await self.db.run(
+            self.db.store.upsert_task, task.id, task.suite, task.instructions, task.image, task.details
+        )
+        spec = SandboxSpec(
+            image=task.image, limits=task.limits, episode_id=episode_id, workspace=task.workspace
+        )
+        try:
+            sandbox = await self.pool.acquire(spec)
+        except Exception as exc:  # engine down, image missing, out of memory: nothing was recorded
+            log.exception("no sandbox for a new episode", extra={"episode_id": episode_id, "task": task.id})
+            raise CapacityError(f"could not start a sandbox: {exc}") from exc
+        try:
+            now = utcnow()
+            await self.db.run(
+                self.db.store.create_episode,
+                EpisodeRow(
+                    id=episode_id,
+                    task_id=task.id,
+                    policy_version=policy_version,
+                    status=EpisodeStatus.RUNNING.value,
+                    agent_token_hash=token_hash,
+                    sandbox_id=sandbox.id,
+                    num_calls=0,
+                    created_at=now,
+                    last_activity_at=now,
+                    details={},
+                ),
+            )
+        except BaseException:
+            await sandbox.destroy()
+            raise
+        live = LiveEpisode(
+            id=episode_id,
+            task=task,
+            token_hash=token_hash,
+            sandbox=sandbox,
+            policy_version=policy_version,
+        )
+        self.live[episode_id] = live
+        self._live_by_token[token_hash] = episode_id
+        self.metrics.live_sandboxes.set(len(self.live))
+        self.metrics.episodes.labels("started").inc()
+        log.info(
+            "episode started", extra={"episode_id": episode_id, "task": task.id, "sandbox_id": sandbox.id}
+        )
+        return live, token
+
+    async def _live_or_raise(self, episode_id: str) -> LiveEpisode:
+        live = self.live.get(episode_id)
+        if live is not None and not live.closed:
+            return live
+        row = await self.db.run(self.db.store.episode, episode_id)
+        if row is None:
+            raise EpisodeNotFound(episode_id)
+        status = row.status if row.status != EpisodeStatus.RUNNING.value else "ending"
+        raise EpisodeNotRunning(episode_id, status)
+
+    async def call(self, episode_id: str, request: CallRequest) -> ToolAnswer:
+        """Guard, then run or decoy, then commit the record; only then is the answer returned."""
+        live = await self._live_or_raise(episode_id)
+        async with live.lock:
+            if live.closed:
+                raise EpisodeNotRunning(episode_id, "ending")
+            start = time.perf_counter()
+            arguments = request.arguments.model_dump(exclude_none=True)
+            call = ToolCall(request.tool, arguments)
+            context = GuardContext(
+                task_statement=live.task.instructions,
+                episode_id=episode_id,
+                recent_turns=tuple(live.recent),
+                protected_paths=live.task.protected_paths,
+            )
+            decision = await self.guard.check(call, context, probe=self._probe(live))
+            guard_ms = (time.perf_counter() - start) * 1000
+            verdict = decision.verdict
+            if verdict.action == Action.DECOY:
+                answer = decision.decoy or ToolAnswer("", 1, False)
+                await self._pace_decoy(request.tool, guard_ms)
+                exit_code, timed_out, exec_ms = answer.exit_code, False, 0.0
+            else:
+                outcome = await run_tool(live.sandbox, request, live.task.limits)
+                answer, exit_code, timed_out, exec_ms = (
+                    outcome.answer,
+                    outcome.exit_code,
+                    outcome.timed_out,
+                    outcome.exec_ms,
+                )
+                self._learn_exec_ms(request.tool, exec_ms)
+            total_ms = (time.perf_counter() - start) * 1000
+            row = ToolCallRow(
+                episode_id=episode_id,
+                seq=live.next_seq,
+                tool=request.tool,
+                arguments=arguments,
+                normalized=decision.normalized,
+                action=verdict.action.value,
+                stage=verdict.stage.value if verdict.stage else None,
+                rule_id=verdict.rule_id,
+                category=verdict.category,
+                confidence=verdict.confidence,
+                reason=verdict.reason,
+                answer_output=answer.output,
+                answer_exit_code=answer.exit_code,
+                answer_truncated=answer.truncated,
+                was_decoy=verdict.action == Action.DECOY,
+                exit_code=exit_code,
+                timed_out=timed_out,
+                guard_ms=guard_ms,
+                exec_ms=exec_ms,
+                total_ms=total_ms,
+                created_at=utcnow(),
+            )
+            await self.db.run(self.db.store.record_call, row)
+            live.next_seq += 1
+            live.last_activity = time.monotonic()
+            live.recent.append(f"{request.tool}: {decision.normalized}"[:RECENT_TURN_CHARS])
+        self._observe(request.tool, decision, total_ms)
+        log.info(
+            "tool call",
+            extra={
+                "episode_id": episode_id,
+                "seq": row.seq,
+                "tool": request.tool,
+                "action": row.action,
+                "category": row.category,
+                "total_ms": round(total_ms, 2),
+            },
+        )
+        return answer
+
+    @staticmethod
+    def _probe(live: LiveEpisode) -> Probe:
+        """Lets a decoy ask the sandbox a harmless question (e.g. which git branches exist)."""
+
+        async def probe(command: str) -> ToolAnswer:
+            result = await live.sandbox.exec(command, timeout_s=5.0)
+            return ToolAnswer(result.output[:PROBE_OUTPUT_CAP], result.exit_code, result.truncated)
+
+        return probe
+
+    async def _pace_decoy(self, tool: str, spent_ms: float) -> None:
+        """Take about as long as a real call of this tool, so timing does not point at the guard."""
+        typical = self._exec_ms_ema.get(tool, 0.0)
+        if typical > spent_ms:
+            await asyncio.sleep(min(typical - spent_ms, 2000.0) / 1000)
+
+    def _learn_exec_ms(self, tool: str, exec_ms: float) -> None:
+        previous = self._exec_ms_ema.get(tool)
+        self._exec_ms_ema[tool] = exec_ms if previous is None else 0.9 * previous + 0.1 * exec_ms
+
+    def _observe(self, tool: str, decision: GuardDecision, total_ms: float) -> None:
+        verdict = decision.verdict
+        self.metrics.calls.labels(tool, verdict.action.value, verdict.category or "").inc()
+        self.metrics.call_seconds.labels(tool).observe(total_ms / 1000)
+
+    async def finish(self, episode_id: str) -> GradeOutcome:
+        """Grade the final workspace in a fresh container, destroy the sandbox, record the reward."""
+        live = await self._live_or_raise(episode_id)
+        async with live.lock:
+            if live.closed:
+                raise EpisodeNotRunning(episode_id, "ending")
+            live.closed = True
+            status, details = EpisodeStatus.FINISHED, {}
+            try:
+                workspace = await live.sandbox.export_workspace()
+                outcome = await self.grade(self.backend, live.task, workspace)
+                reward, details = outcome.reward, dict(outcome.details)
+            except Exception as exc:  # a broken grader must not lose the episode: record why
+                log.exception("grading failed", extra={"episode_id": episode_id})
+                status, reward, details = EpisodeStatus.FAILED, None, {"error": f"grading failed: {exc}"}
+            finally:
+                await self._release(live)
+            details["status"] = status.value
+            await self.db.run(self.db.store.end_episode, episode_id, status, reward=reward, details=details)
+        self.metrics.episodes.labels(status.value).inc()
+        log.info("episode ended", extra={"episode_id": episode_id, "status": status.value, "reward": reward})
+        return GradeOutcome(reward=reward if reward is not None else 0.0, details=details)
+
+    async def _release(self, live: LiveEpisode) -> None:
+        self.live.pop(live.id, None)
+        self._live_by_token.pop(live.token_hash, None)
+        self.metrics.live_sandboxes.set(len(self.live))
+        try:
+            await live.sandbox.destroy()
+        except Exception:
+            log.exception("sandbox destroy failed; gc will reap it", extra={"episode_id": live.id})
+
+    async def expire(self) -> list[str]:
+        """Time out episodes idle or alive too long (skipping any with a call in flight)."""
+        now = time.monotonic()
+        expired = []
+        for live in list(self.live.values()):
+            idle = now - live.last_activity > self.settings.episode_idle_timeout_s
+            overlong = now - live.started > self.settings.episode_max_duration_s
+            if not (idle or overlong) or live.lock.locked() or live.closed:
+                continue
+            async with live.lock:
+                if live.closed:
+                    continue
+                live.closed = True
+                await self._release(live)
+                reason = "idle" if idle else "max_duration"
+                await self.db.run(
+                    self.db.store.end_episode, live.id, EpisodeStatus.TIMED_OUT, details={"timeout": reason}
+                )
+            self.metrics.episodes.labels(EpisodeStatus.TIMED_OUT.value).inc()
+            log.info("episode timed out", extra={"episode_id": live.id, "reason": reason})
+            expired.append(live.id)
+        return expired
+
+    async def run_expiry_loop(self) -> None:
+        interval = max(
+            0.2, min(30.0, self.settings.episode_idle_timeout_s / 4, self.settings.episode_max_duration_s / 4)
+        )
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.expire()
+            except Exception:
+                log.exception("episode expiry sweep failed")
+
+    async def shutdown(self) -> None:
+        """Graceful stop: running episodes become ``interrupted`` and their sandboxes are destroyed."""
+        for live in list(self.live.values()):
+            live.closed = True
+            await self._release(live)
+            with contextlib.suppress(Exception):
+                await self.db.run(
+                    self.db.store.end_episode,
+                    live.id,
+                    EpisodeStatus.INTERRUPTED,
+                    details={"interrupted": "gateway shutdown"},
+                )
+
+    # -- trajectories and views -------------------------------------------------------------------
+
+    async def add_sub_trajectory(self, episode_id: str, upload: SubTrajectoryUpload) -> SubTrajectoryRow:
+        if await self.db.run(self.db.store.episode, episode_id) is None:
+            raise EpisodeNotFound(episode_id)
+        row = SubTrajectoryRow(
+            episode_id=episode_id,
+            index=upload.index,
+            num_tokens=len(upload.token_ids),
+            token_ids=encode_token_ids(upload.token_ids),
+            action_mask=encode_action_mask(upload.action_mask),
+            logprobs=encode_logprobs(upload.logprobs),
+            policy_version=upload.policy_version,
+            trainable=upload.trainable,
+            created_at=utcnow(),
+        )
+        await self.db.run(self.db.store.add_sub_trajectory, row)
+        return row
+
+    async def episode(self, episode_id: str) -> EpisodeRow:
+        row = await self.db.run(self.db.store.episode, episode_id, with_children=True)
+        if row is None:
+            raise EpisodeNotFound(episode_id)
+        return row

@@ -1,0 +1,79 @@
+"""Auth matrix: which token opens which endpoint (401 without a valid token, 403 out of scope)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.gateway.conftest import Episode, Gateway
+
+CALL = {"tool": "bash", "arguments": {"command": "true"}}
+SUB = {"index": 50, "token_ids": [1], "action_mask": [1], "logprobs": [-0.1]}
+
+
+@pytest.fixture(scope="module")
+def two_episodes(gateway: Gateway) -> tuple[Episode, Episode]:
+    return gateway.new_episode(), gateway.new_episode()
+
+
+def _tokens(gateway: Gateway, own: Episode, other: Episode) -> dict[str, dict[str, str]]:
+    return {
+        "none": {},
+        "malformed": {"Authorization": "Basic abc"},
+        "wrong": {"Authorization": "Bearer not-a-real-token"},
+        "own_agent": {"Authorization": f"Bearer {own.token}"},
+        "other_agent": {"Authorization": f"Bearer {other.token}"},
+        "admin": {"Authorization": f"Bearer {gateway.admin_token}"},
+    }
+
+
+# (method, path template, json body, {token kind: expected status})
+MATRIX = [
+    ("GET", "/v1/tasks", None, {"own_agent": 403, "admin": 200}),
+    ("POST", "/v1/episodes", {"task": "builtin/none-such"}, {"own_agent": 403, "admin": 404}),
+    ("GET", "/v1/episodes/{id}", None, {"own_agent": 403, "other_agent": 403, "admin": 200}),
+    ("POST", "/v1/episodes/{id}/calls", CALL, {"own_agent": 200, "other_agent": 403, "admin": 200}),
+    ("POST", "/v1/episodes/{id}/subtrajectories", SUB, {"own_agent": 201, "other_agent": 403}),
+    ("POST", "/v1/episodes/unknown-id/calls", CALL, {"own_agent": 403, "admin": 404}),
+    ("GET", "/v1/audit/intercepts", None, {"own_agent": 403, "admin": 200}),
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "expected"), MATRIX, ids=[f"{m} {p}" for m, p, *_ in MATRIX]
+)
+def test_auth_matrix(gateway: Gateway, two_episodes, method, path, body, expected) -> None:
+    own, other = two_episodes
+    tokens = _tokens(gateway, own, other)
+    url = gateway.url + path.format(id=own.id)
+    for kind in ("none", "malformed", "wrong"):
+        response = httpx.request(method, url, json=body, headers=tokens[kind])
+        assert response.status_code == 401, (kind, response.text)
+        assert response.headers["www-authenticate"] == "Bearer"
+    for kind, status in expected.items():
+        response = httpx.request(method, url, json=body, headers=tokens[kind], timeout=60)
+        assert response.status_code == status, (kind, response.text)
+
+
+def test_finish_refuses_another_episodes_token(gateway: Gateway, two_episodes) -> None:
+    own, other = two_episodes
+    response = httpx.post(
+        f"{gateway.url}/v1/episodes/{own.id}/finish", headers={"Authorization": f"Bearer {other.token}"}
+    )
+    assert response.status_code == 403
+
+
+def test_open_endpoints_need_no_token(gateway: Gateway) -> None:
+    for path in ("/healthz", "/metrics", "/v1/tools"):
+        assert httpx.get(gateway.url + path).status_code == 200
+
+
+def test_audit_page_wants_the_admin_token(gateway: Gateway, two_episodes) -> None:
+    own, _ = two_episodes
+    assert httpx.get(f"{gateway.url}/audit").status_code == 401
+    assert httpx.get(f"{gateway.url}/audit", params={"token": own.token}).status_code == 401
+    assert httpx.get(f"{gateway.url}/audit", cookies={"rlguard_audit": "forged"}).status_code == 401
+    with httpx.Client(base_url=gateway.url, follow_redirects=True) as browser:
+        login = browser.get("/audit", params={"token": gateway.admin_token})
+        assert login.status_code == 200 and "intercept rate per policy version" in login.text
+        assert gateway.admin_token not in browser.cookies.get("rlguard_audit", "")
