@@ -1,0 +1,294 @@
+"""``rlguard bench learn``: PPO with a learned critic vs GRPO on long and short synthetic horizons.
+
+Why: the trainer exists because critic-free methods are expected to fall behind on long, compacted
+agent episodes (see ``trainer.synthetic_env``) and to tie on short ones. This benchmark trains the
+same tiny policy from scratch with both, on the same environment, the same budget of environment
+tokens and the same hyper-parameters wherever the two algorithms share one, over several seeds, and
+reports the final success of each. It uses the trainer's own advantage estimators and losses
+(``trainer.advantages``, ``trainer.losses``), so it also exercises them end to end.
+
+Model: an actor GRU (embedding 32, hidden 64) with a token head, and a critic of the same shape with
+a scalar head: a *separate* trunk, as the trainer's critic is a separate model of the actor's
+architecture. Each sub-trajectory is a fresh context (the recurrent state resets on ``BOS``).
+"""
+
+import json
+import math
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from trainer.advantages import AdvantageBatch, AdvantageConfig, get_advantage_estimator, place_episode_rewards
+from trainer.losses import (
+    compute_entropy_bonus,
+    compute_policy_loss,
+    compute_value_loss,
+    explained_variance,
+)
+from trainer.masked import masked_mean, masked_whiten
+from trainer.synthetic_env import BOS, HORIZONS, EnvConfig, Rollout, legal_action_mask, rollout, sample_tasks
+
+ALGORITHMS = {"ppo": "gae", "grpo": "grpo"}
+DEFAULT_SEEDS = 3
+DEFAULT_LONG_BUDGET = 2_000_000
+SHORT_BUDGET_FRACTION = 0.1
+EVAL_EPISODES = 1024
+NEG_INF = -1e9
+
+
+@dataclass(frozen=True)
+class HyperParams:
+    """One setting for both algorithms; ``vf_coef``, ``lam`` and whitening only matter to PPO."""
+
+    tasks_per_iter: int = 32
+    group_size: int = 8
+    lr: float = 3e-3
+    epochs: int = 4
+    minibatches: int = 4
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    clip_ratio_c: float = 3.0
+    entropy_coef: float = 0.01
+    vf_coef: float = 0.5
+    value_clip: float = 0.2
+    gamma: float = 1.0
+    lam: float = 0.95
+    max_grad_norm: float = 1.0
+    embed: int = 32
+    hidden: int = 64
+
+
+class GRUNet(nn.Module):
+    """Embedding -> one-layer GRU -> linear head; ``out[:, t]`` reads tokens ``0..t``."""
+
+    def __init__(self, vocab: int, out_dim: int, embed: int, hidden: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, embed)
+        self.gru = nn.GRU(embed, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, out_dim)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        out, _ = self.gru(self.embed(tokens))
+        return self.head(out)
+
+    def initial(self, batch: int) -> torch.Tensor:
+        return torch.zeros(1, batch, self.gru.hidden_size)
+
+    def step(self, tokens: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One token per row; ``BOS`` opens a new context, so the state restarts from zero there."""
+        state = torch.where((tokens == BOS).view(1, -1, 1), 0.0, state)
+        out, state = self.gru(self.embed(tokens).unsqueeze(1), state)
+        return self.head(out[:, 0]), state
+
+
+def _shift_right(x: torch.Tensor) -> torch.Tensor:
+    """``y[:, t] = x[:, t-1]``, ``y[:, 0] = 0``: outputs after the prefix ``tokens[:, :t]``."""
+    return torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], dim=1)
+
+
+def score_tokens(actor: GRUNet, tokens: torch.Tensor, config: EnvConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logprobs [R, T], masked logits [R, T, V])`` of each token under the typed action space."""
+    logits = _shift_right(actor(tokens))
+    prev = _shift_right(tokens)
+    logits = logits.masked_fill(~legal_action_mask(prev, config), NEG_INF)
+    logprobs = torch.log_softmax(logits, dim=-1).gather(2, tokens.unsqueeze(2)).squeeze(2)
+    return logprobs, logits
+
+
+def critic_values(critic: GRUNet, tokens: torch.Tensor) -> torch.Tensor:
+    """``values[:, t]``: the critic's estimate of the state in which token ``t`` is produced."""
+    return _shift_right(critic(tokens).squeeze(-1))
+
+
+@dataclass
+class RunResult:
+    algo: str
+    horizon: str
+    seed: int
+    final_success: float
+    env_tokens: int
+    iterations: int
+    seconds: float
+    curve: list[dict]
+
+
+def _advantages(
+    algo: str, ro: Rollout, values: torch.Tensor | None, hp: HyperParams
+) -> tuple[torch.Tensor, torch.Tensor]:
+    token_rewards = place_episode_rewards(ro.action_mask, ro.row_rewards, ro.is_last)
+    rows = ro.tokens.shape[0]
+    batch = AdvantageBatch(
+        token_rewards=token_rewards,
+        action_mask=ro.action_mask,
+        episode_ids=ro.episode_ids,
+        group_ids=ro.group_ids,
+        sub_index=ro.sub_index,
+        is_last=ro.is_last,
+        truncated=torch.zeros(rows, dtype=torch.bool),
+        values=values,
+        final_values=torch.zeros(rows),
+    )
+    advantages, returns = get_advantage_estimator(ALGORITHMS[algo])(batch, AdvantageConfig(hp.gamma, hp.lam))
+    if algo == "ppo":
+        advantages = masked_whiten(advantages, ro.action_mask)
+    return advantages, returns
+
+
+@torch.no_grad()
+def evaluate(actor: GRUNet, config: EnvConfig, episodes: int, seed: int) -> float:
+    """Success rate of the sampling policy on ``episodes`` fresh tasks (not greedy: what PPO trains)."""
+    generator = torch.Generator().manual_seed(seed)
+    tasks = sample_tasks(config, episodes, generator)
+    return float(rollout(actor, tasks, config, generator).rewards.mean())
+
+
+def train_one(
+    algo: str,
+    horizon: str,
+    seed: int,
+    budget_tokens: int,
+    hp: HyperParams | None = None,
+    eval_episodes: int = EVAL_EPISODES,
+) -> RunResult:
+    """Train a fresh actor (and, for PPO, critic) on ``horizon`` until ``budget_tokens`` are spent."""
+    if algo not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algo!r}; use one of {sorted(ALGORITHMS)}")
+    if horizon not in HORIZONS:
+        raise ValueError(f"unknown horizon {horizon!r}; use one of {sorted(HORIZONS)}")
+    hp = hp or HyperParams()
+    config = HORIZONS[horizon]
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    actor = GRUNet(config.vocab_size, config.vocab_size, hp.embed, hp.hidden)
+    critic = GRUNet(config.vocab_size, 1, hp.embed, hp.hidden) if algo == "ppo" else None
+    params = list(actor.parameters()) + (list(critic.parameters()) if critic else [])
+    optimizer = torch.optim.Adam(params, lr=hp.lr)
+
+    started = time.perf_counter()
+    spent, iteration, curve = 0, 0, []
+    while spent < budget_tokens:
+        tasks = sample_tasks(config, hp.tasks_per_iter, generator).repeat(hp.group_size)
+        groups = torch.arange(hp.tasks_per_iter).repeat_interleave(hp.group_size)
+        ro = rollout(actor, tasks, config, generator, group_ids=groups)
+        spent += ro.num_tokens
+        mask = ro.action_mask
+        with torch.no_grad():
+            old_values = critic_values(critic, ro.tokens) if critic else None
+            advantages, returns = _advantages(algo, ro, old_values, hp)
+
+        stats: dict[str, list[float]] = {}
+        rows = ro.tokens.shape[0]
+        for _ in range(hp.epochs):
+            order = torch.randperm(rows, generator=generator)
+            for chunk in order.chunk(hp.minibatches):
+                logprobs, logits = score_tokens(actor, ro.tokens[chunk], config)
+                policy = compute_policy_loss(
+                    logprobs,
+                    ro.logprobs[chunk],
+                    advantages[chunk],
+                    mask[chunk],
+                    clip_low=hp.clip_low,
+                    clip_high=hp.clip_high,
+                    clip_ratio_c=hp.clip_ratio_c,
+                )
+                entropy = compute_entropy_bonus(logits, mask[chunk])
+                loss = policy.loss - hp.entropy_coef * entropy
+                if critic is not None:
+                    values = critic_values(critic, ro.tokens[chunk])
+                    value = compute_value_loss(
+                        values, old_values[chunk], returns[chunk], mask[chunk], hp.value_clip
+                    )
+                    loss = loss + hp.vf_coef * value.loss
+                    stats.setdefault("value_loss", []).append(float(value.loss.detach()))
+                optimizer.zero_grad()
+                loss.backward()
+                grad_norm = nn.utils.clip_grad_norm_(params, hp.max_grad_norm)
+                optimizer.step()
+                stats.setdefault("policy_loss", []).append(float(policy.loss.detach()))
+                stats.setdefault("entropy", []).append(float(entropy.detach()))
+                stats.setdefault("clip_fraction", []).append(float(policy.clip_fraction))
+                stats.setdefault("approx_kl", []).append(float(policy.approx_kl))
+                stats.setdefault("grad_norm", []).append(float(grad_norm))
+
+        record = {
+            "run": f"{algo}_{horizon}_s{seed}",
+            "algo": algo,
+            "horizon": horizon,
+            "seed": seed,
+            "step": iteration,
+            "env_tokens": spent,
+            "success": float(ro.rewards.mean()),
+            "subtrajectories_per_episode": float(ro.num_subs.float().mean()),
+            **{name: sum(v) / len(v) for name, v in stats.items()},
+        }
+        if critic is not None:
+            record["explained_variance"] = float(explained_variance(old_values, returns, mask))
+            record["mean_value"] = float(masked_mean(old_values, mask))
+        curve.append(
+            {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        )
+        iteration += 1
+
+    final = evaluate(actor, config, eval_episodes, seed + 10_000)
+    return RunResult(algo, horizon, seed, final, spent, iteration, time.perf_counter() - started, curve)
+
+
+def _run_job(job: tuple[str, str, int, int, HyperParams]) -> RunResult:
+    torch.set_num_threads(1)
+    return train_one(*job)
+
+
+def run_learn_bench(
+    seeds: int = DEFAULT_SEEDS,
+    out_dir: Path = Path("runs/bench-learn"),
+    budget_tokens: int | None = None,
+    workers: int = 2,
+    hp: HyperParams | None = None,
+) -> dict:
+    """Train every (algorithm, horizon, seed); write ``metrics.jsonl``, ``results.json`` and PNG curves.
+
+    ``budget_tokens`` is the environment-token budget of one long-horizon run (both algorithms get the
+    same); short-horizon runs get ``SHORT_BUDGET_FRACTION`` of it, because one-turn episodes are about
+    ten times shorter. Runs go to ``workers`` processes with one thread each.
+    """
+    from trainer.plot import plot_run
+
+    if seeds < 1:
+        raise ValueError("seeds must be >= 1")
+    hp = hp or HyperParams()
+    long_budget = budget_tokens or DEFAULT_LONG_BUDGET
+    budgets = {"long": long_budget, "short": max(1, math.ceil(long_budget * SHORT_BUDGET_FRACTION))}
+    jobs = [
+        (algo, horizon, seed, budgets[horizon], hp)
+        for horizon in ("long", "short")
+        for seed in range(seeds)
+        for algo in ALGORITHMS
+    ]
+    started = time.perf_counter()
+    if workers > 1:
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            results = list(pool.map(_run_job, jobs))
+    else:
+        results = [_run_job(job) for job in jobs]
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with (out_dir / "metrics.jsonl").open("w") as fh:
+        for result in results:
+            for record in result.curve:
+                fh.write(json.dumps(record) + "\n")
+    summary: dict = {"seeds": seeds, "budget_tokens": budgets, "hyper_params": asdict(hp)}
+    for algo in ALGORITHMS:
+        for horizon in HORIZONS:
+            finals = [r.final_success for r in results if r.algo == algo and r.horizon == horizon]
+            summary[f"{algo}_{horizon}"] = sum(finals) / len(finals)
+    summary["per_seed"] = [{k: v for k, v in asdict(r).items() if k != "curve"} for r in results]
+    summary["wall_seconds"] = time.perf_counter() - started
+    (out_dir / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
+    summary["plots"] = [str(p) for p in plot_run(out_dir)]
+    return summary
