@@ -7,10 +7,13 @@ returns by default: the trainer recomputes logprobs the same way, so the two can
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -29,6 +32,24 @@ _CACHE_ARG = _cache_arg_name()
 
 def _cache_of(output) -> object:
     return getattr(output, "cache", None) or output.past_key_values
+
+
+# Below this size, one CPU thread is faster: intra-op parallelism on tensors this small costs more in
+# synchronisation than it gains, and on a loaded machine it made decoding ~10x slower.
+SMALL_MODEL_PARAMS = 50_000_000
+
+
+@contextlib.contextmanager
+def _cpu_threads(n: int | None) -> Iterator[None]:
+    if n is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @dataclass(frozen=True)
@@ -50,6 +71,8 @@ class HFEngine:
         self._load_lock = threading.Lock()
         self.model_path = Path(model_path)
         self.tokenizer, self.model = self._load(self.model_path)
+        small = sum(p.numel() for p in self.model.parameters()) < SMALL_MODEL_PARAMS
+        self._threads = 1 if self.device.type == "cpu" and small else None
 
     def _load(self, path: Path):  # -> (tokenizer, model)
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -81,8 +104,17 @@ class HFEngine:
         with self._load_lock:
             self.tokenizer, self.model, self.model_path = tokenizer, model, path
 
+    def generate(self, prompt_ids: list[int], max_tokens: int, **kwargs: Any) -> EngineOutput:
+        """Sample up to ``max_tokens``; stop tokens are kept in the output (as vLLM does for EOS).
+
+        Keyword arguments: ``temperature``, ``top_p``, ``seed``, ``stop_token_ids``, ``stop`` (strings),
+        ``top_logprobs`` (how many alternatives to report per token).
+        """
+        with _cpu_threads(self._threads):
+            return self._generate(prompt_ids, max_tokens, **kwargs)
+
     @torch.inference_mode()
-    def generate(
+    def _generate(
         self,
         prompt_ids: list[int],
         max_tokens: int,
@@ -93,7 +125,6 @@ class HFEngine:
         stop: list[str] | None = None,
         top_logprobs: int = 0,
     ) -> EngineOutput:
-        """Sample up to ``max_tokens``; stop tokens are kept in the output (as vLLM does for EOS)."""
         stops = set(self.eos_token_ids) | set(stop_token_ids or [])
         generator = torch.Generator(device=self.device)
         generator.manual_seed(seed if seed is not None else int.from_bytes(os.urandom(6), "little"))
@@ -136,9 +167,13 @@ class HFEngine:
         tail = self.tokenizer.decode(ids[-32:], skip_special_tokens=False)
         return any(s in tail for s in stop)
 
-    @torch.inference_mode()
     def score(self, prompt_ids: list[int], target_ids: list[int]) -> list[float]:
         """Logprob of each target token given the prompt and the targets before it (teacher forcing)."""
+        with _cpu_threads(self._threads):
+            return self._score(prompt_ids, target_ids)
+
+    @torch.inference_mode()
+    def _score(self, prompt_ids: list[int], target_ids: list[int]) -> list[float]:
         if not prompt_ids:
             raise ValueError("scoring needs a non-empty prompt")
         ids = torch.tensor([prompt_ids + target_ids], device=self.device)

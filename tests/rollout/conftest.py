@@ -25,3 +25,49 @@ def policy_server(tiny_model_dir: Path):
     with serve_in_thread(server.app) as url:
         server.url = url
         yield server
+
+
+@pytest.fixture(scope="session")
+def gateway(tmp_path_factory: pytest.TempPathFactory):
+    """A real gateway (SQLite, real guard, local Docker sandboxes) on a loopback port."""
+    import os
+
+    from rlguard.settings import Settings
+    from rollout.local_gateway import local_gateway
+
+    state = tmp_path_factory.mktemp("gateway-state")
+    settings = Settings(
+        state_dir=state,
+        database_url=f"sqlite:///{state}/rlguard.db",
+        instance=f"test-rollout-{os.getpid()}",
+        admin_token="test-admin-token",
+    )
+    settings.sandbox.warm_pool_size = 2
+    with local_gateway(settings) as gw:
+        yield gw
+
+
+@pytest.fixture(scope="session")
+def store(gateway):
+    """The gateway's database, for reading back what the runner stored."""
+    from rlguard.store.repository import Store
+
+    return Store.from_url(gateway.settings.resolved_database_url)
+
+
+@pytest.fixture
+async def gateway_client(gateway):
+    from rollout.gateway_client import GatewayClient
+
+    client = GatewayClient(gateway.url, gateway.admin_token)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture(scope="session")
+def chat_format(tiny_model_dir: Path):
+    from transformers import AutoTokenizer
+
+    from rollout.chat_format import ChatFormat
+
+    return ChatFormat(AutoTokenizer.from_pretrained(tiny_model_dir))
