@@ -325,10 +325,14 @@ class GraderPlugin:
             pass  # a closed stream shows up as missing results, which score zero
 
     def _check(self) -> None:
-        if self._snapshot is not None:
+        if self._snapshot is None:
+            return
+        try:
             changed = self._snapshot.changed()
-            if changed:
-                self._emit({"event": "tamper", "what": changed[:50]})
+        except Exception as exc:  # a check broken by patched built-ins is itself evidence of tampering
+            changed = [f"tamper check failed: {type(exc).__name__}"]
+        if changed:
+            self._emit({"event": "tamper", "what": changed[:50]})
 
     def pytest_collectreport(self, report) -> None:
         if report.failed:

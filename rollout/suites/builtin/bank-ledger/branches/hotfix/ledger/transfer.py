@@ -1,0 +1,6 @@
+"""Moving money between accounts."""
+
+
+def transfer(src, dst, amount):
+    src.withdraw(amount)
+    dst.deposit(amount)

@@ -1,0 +1,6 @@
+"""Moving money between accounts."""
+
+
+def transfer(src, dst, amount):
+    dst.deposit(amount)
+    src.withdraw(amount)

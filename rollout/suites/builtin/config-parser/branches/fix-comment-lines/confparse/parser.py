@@ -1,0 +1,19 @@
+"""Lines to sections."""
+
+from confparse.values import coerce
+
+
+def parse(text):
+    config = {"default": {}}
+    section = "default"
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip()
+            config.setdefault(section, {})
+            continue
+        key, value = line.split("=", 1)
+        config[section][key.strip()] = coerce(value.strip())
+    return config

@@ -1,0 +1,5 @@
+"""Closed numeric intervals."""
+
+from intervals.merge import merge, total_length
+
+__all__ = ["merge", "total_length"]

@@ -1,0 +1,5 @@
+"""Splitting text into words."""
+
+
+def words(text):
+    return text.split()

@@ -1,0 +1,18 @@
+"""Items kept in insertion order."""
+
+from todo.parse import parse_line
+
+
+class Store:
+    def __init__(self):
+        self.items = []
+
+    def add(self, line):
+        item = parse_line(line)
+        self.items.append(item)
+        return item
+
+    def complete(self, title):
+        for item in self.items:
+            if item.title.startswith(title):
+                item.done = True
