@@ -135,7 +135,9 @@ def static_output(
     """What ``argv`` prints, when it is a pure text transform of known input; else None."""
     args = argv[1:]
     out: str | None = None
-    if program == "echo":
+    if program in (":", "true", "false"):
+        out = ""
+    elif program == "echo":
         out = _echo(args)
     elif program == "printf":
         out = _printf([a for a in args if a != "--"] if args[:1] != ["-v"] else [])
@@ -144,7 +146,10 @@ def static_output(
         if not operands or operands == ["-"]:
             out = stdin
         else:
-            parts = [files.get(resolve_file(a) if resolve_file else a) for a in operands]
+            parts = [
+                "" if a == "/dev/null" else files.get(resolve_file(a) if resolve_file else a)
+                for a in operands
+            ]
             out = None if any(p is None for p in parts) else "".join(p for p in parts if p is not None)
         if out is not None and program == "tac":
             out = "\n".join(reversed(out.rstrip("\n").split("\n"))) + "\n"

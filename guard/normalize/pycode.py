@@ -134,13 +134,19 @@ class _Visitor(ast.NodeVisitor):
 
     def _assigned(self, target: ast.AST, value: ast.AST) -> None:
         if isinstance(target, ast.Attribute | ast.Subscript):
-            name = self.dotted(target) if isinstance(target, ast.Attribute) else None
+            if isinstance(target, ast.Attribute):
+                name = self.dotted(target)
+            else:
+                base, key = self.dotted(target.value), self.string(target.slice)
+                name = f"{base}[{key!r}]" if base and key is not None else base
             if name:
                 self.out.facts.append(f"assign:{name}")
             if isinstance(target, ast.Attribute):
                 self.out.facts.append(f"assign_attr:{target.attr}")
-        if isinstance(target, ast.Name) and target.id in ("__eq__", "__ne__") and _always_const(value):
-            self.out.facts.append("always_equal")
+        if isinstance(target, ast.Name):
+            self.out.facts.append(f"assign:{target.id}")
+            if target.id in ("__eq__", "__ne__") and _always_const(value):
+                self.out.facts.append("always_equal")
         if isinstance(target, ast.Tuple | ast.List):
             for elt in target.elts:
                 self._assigned(elt, value)

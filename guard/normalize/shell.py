@@ -202,7 +202,8 @@ class ShellWalker:
             if body is not None and body.type == "command":
                 return self.command(body, redirects, stdin, level)
             in_text, writes, after = self.redirects(redirects, level)
-            out = self.stmt(body, in_text if in_text is not None else stdin, level + 1) if body else None
+            # a bare ``> file`` truncates it: no command, empty output
+            out = self.stmt(body, in_text if in_text is not None else stdin, level + 1) if body else ""
             self.finish_writes(writes, out)
             return self.after_heredoc(after, out, level) if after else (None if writes else out)
         if kind == "pipeline":
@@ -291,13 +292,20 @@ class ShellWalker:
         if words:
             argv: list[str] = []
             dynamic_program = False
+            previous_end = -1
             for i, w in enumerate(words):
                 if w.type == "command_name" and w.named_child_count == 1:
                     w = w.named_children[0]
                 parts, dynamic = self.words(w, level)
-                argv.extend(parts)
-                if i == 0 and (dynamic or not parts):
+                if w.start_byte == previous_end and argv and parts:
+                    # the grammar splits ``''\curl`` into two nodes; the shell reads one word
+                    argv[-1] += parts[0]
+                    parts = parts[1:]
+                    dynamic_program = dynamic_program or (len(argv) == 1 and dynamic)
+                elif i == 0 and (dynamic or not parts):
                     dynamic_program = True
+                argv.extend(parts)
+                previous_end = w.end_byte
             if dynamic_program:
                 self.f.facts.append(f"dynamic_program:{_text(words[0])[:80]}")
             if argv:
