@@ -92,23 +92,6 @@ def test_bash_timeout_and_truncation(episode) -> None:
     assert big["truncated"] is True and len(big["output"]) < 300000
 
 
-def test_finish_grades_then_episode_is_closed(gateway: Gateway) -> None:
-    ep = gateway.new_episode()
-    ep.call("bash", command="python -m pytest -q || true")
-    response = ep.finish()
-    assert response.status_code == 200, response.text
-    body = response.json()
-    assert 0.0 <= body["reward"] <= 1.0 and body["details"]["status"] == "finished"
-    assert body["details"]["tests"]  # per-test evidence from the hidden tests
-    assert ep.call("bash", command="echo late").status_code == 409
-    assert ep.finish().status_code == 409
-    with gateway.admin() as admin:
-        view = admin.get(f"/v1/episodes/{ep.id}").json()
-    assert view["status"] == "finished" and view["reward"] == body["reward"]
-    assert [c["tool"] for c in view["tool_calls"]] == ["bash"]
-    assert view["tool_calls"][0]["answer"]["exit_code"] == 0
-
-
 def test_unknown_episode_is_404_for_admin(gateway: Gateway) -> None:
     with gateway.admin() as admin:
         assert admin.get("/v1/episodes/nope").status_code == 404
