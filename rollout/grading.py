@@ -33,6 +33,7 @@ from typing import Any
 from rlguard.errors import RlguardError
 from rollout.tasks import Task
 from sandbox.base import SandboxBackend, SandboxError, SandboxSpec
+from sandbox.settings import SandboxLimits
 
 log = logging.getLogger(__name__)
 
@@ -303,8 +304,12 @@ def score(task: Task, expected: list[str], result: dict[str, Any] | None, output
 
 
 # ------------------------------------------------------------------------------------- grading
-async def grade(backend: SandboxBackend, task: Task, workspace_tar: bytes) -> GradeResult:
+async def grade(
+    backend: SandboxBackend, task: Task, workspace_tar: bytes, *, limits: SandboxLimits | None = None
+) -> GradeResult:
     """Grade ``workspace_tar`` (the agent's final /workspace) with ``task``'s hidden tests.
+
+    ``limits`` are the base sandbox limits the task's overrides apply to (default: the settings').
 
     Never raises for anything the agent controls: a broken workspace, a crash, a hang or tampering
     all come back as a low reward with the reason in ``details``. Infrastructure failures (no engine,
@@ -319,7 +324,7 @@ async def grade(backend: SandboxBackend, task: Task, workspace_tar: bytes) -> Gr
     nonce = secrets.token_hex(16)
     bundle = grader_bundle(task, nonce)
     spec = SandboxSpec(
-        image=task.resolved_image(), limits=task.sandbox_limits(), episode_id=None, workspace=graded_tar
+        image=task.resolved_image(), limits=task.sandbox_limits(limits), episode_id=None, workspace=graded_tar
     )
     timings: dict[str, float] = {}
     sandbox = await backend.create(spec)

@@ -18,6 +18,7 @@ import pytest
 
 from rollout.grading import GradeResult, grade
 from rollout.tasks import Task, load_suite
+from sandbox.base import SandboxSpec
 from sandbox.docker_backend import DockerBackend
 from sandbox.image import ensure_image
 from sandbox.settings import SandboxSettings
@@ -307,3 +308,24 @@ async def test_broken_archive_scores_zero_without_a_container(backend):
     result = await grade(backend, TASKS["stats-median"], b"definitely not a tar archive")
     assert result.reward == 0.0 and result.details["reason"] == "bad workspace archive"
     assert set(backend.owned_ids()) == before
+
+
+async def test_grades_a_workspace_exported_from_a_live_sandbox(backend):
+    """The real path: an episode's sandbox is edited through the API, exported, and graded fresh."""
+    task = TASKS["matrix-transpose"]
+    sandbox = await backend.create(
+        SandboxSpec(image=task.resolved_image(), limits=task.sandbox_limits(), workspace=task.workspace_tar())
+    )
+    try:
+        for path, content in task.solution_files().items():
+            await sandbox.write_file(path, content.encode())
+        await sandbox.write_file("conftest.py", textwrap.dedent(CONFTEST_REWRITE).encode())
+        wiped = await sandbox.exec("rm -rf tests")
+        assert wiped.exit_code == 0
+        exported = await sandbox.export_workspace()
+    finally:
+        await sandbox.destroy()
+    result = await grade(backend, task, exported)
+    assert result.reward == 1.0, result.details
+    with tarfile.open(fileobj=io.BytesIO(exported)) as tar:
+        assert not any(name.lstrip("./").startswith("tests") for name in tar.getnames())
