@@ -51,7 +51,10 @@ def limits_with(memory: str | None, timeout: float | None) -> SandboxLimits:
     try:
         return SandboxLimits.model_validate({**get_settings().sandbox.limits.model_dump(), **overrides})
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'limits'}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'limits'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
         raise RlguardError(f"bad sandbox limits: {problems}") from None
 
 
