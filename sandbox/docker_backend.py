@@ -150,18 +150,23 @@ class DockerSandbox(Sandbox):
         raise _NoInterpreter("the sandbox image has no python3: file operations are unavailable")
 
     async def _try_launcher(self, argv: list[str]) -> AttachedExec | None:
+        import docker.errors
+
         api = self._backend.client.api
-        created = await self._backend.call(
-            api.exec_create,
-            self.id,
-            argv,
-            stdin=True,
-            stdout=True,
-            stderr=True,
-            user=AGENT_UID,
-            workdir=WORKSPACE,
-            environment={"RLGUARD_RUNNER": RUNNER_SOURCE},
-        )
+        try:
+            created = await self._backend.call(
+                api.exec_create,
+                self.id,
+                argv,
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                user=AGENT_UID,
+                workdir=WORKSPACE,
+                environment={"RLGUARD_RUNNER": RUNNER_SOURCE},
+            )
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"sandbox {self.id[:12]} is not running: {exc}") from exc
         runner = await AttachedExec.start(self._backend.docker_host, api.api_version, created["Id"])
         try:
             await self._roundtrip(runner, {"op": "ping"}, CONTROL_TIMEOUT_S, 4096)
@@ -510,11 +515,20 @@ class DockerBackend(SandboxBackend):
 
     async def docker_exec(self, sandbox: DockerSandbox, command: str, timeout: float, cap: int) -> ExecResult:
         """The slow path: one ``docker exec`` per command, under coreutils ``timeout``."""
+        import docker.errors
+
         started = time.monotonic()
         argv = ["timeout", "-k", "2", f"{timeout:g}", "/bin/sh", "-c", command]
-        output, truncated, exit_code = await asyncio.wait_for(
-            self.call(self._docker_exec_blocking, sandbox.id, argv, cap), timeout + RUNNER_GRACE_S
-        )
+        try:
+            output, truncated, exit_code = await asyncio.wait_for(
+                self.call(self._docker_exec_blocking, sandbox.id, argv, cap), timeout + RUNNER_GRACE_S
+            )
+        except TimeoutError:
+            # A background child kept the output stream open past the deadline: kill everything.
+            await sandbox._reset_runner()
+            output, truncated, exit_code = "", False, 124
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"sandbox {sandbox.id[:12]} is not running: {exc}") from exc
         timed_out = exit_code == 124
         if timed_out:
             output += (

@@ -1,0 +1,75 @@
+"""Images without python3: commands fall back to one ``docker exec`` each, with the same limits."""
+
+import time
+import uuid
+
+import docker
+import pytest
+
+from sandbox.base import SandboxError, SandboxSpec
+from sandbox.docker_backend import DockerBackend
+from tests.sandbox.conftest import small_limits
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def image_without_python(docker_client: docker.DockerClient, sandbox_image: str) -> str:
+    """The sandbox image with every python3 removed (committed from a throwaway container)."""
+    tag = f"rlguard-test/no-python:{uuid.uuid4().hex[:8]}"
+    container = docker_client.containers.run(
+        sandbox_image,
+        ["sh", "-c", "rm -f /usr/bin/python3* /usr/local/bin/python3*"],
+        user="root",
+        network_mode="none",
+        detach=True,
+    )
+    try:
+        container.wait(timeout=60)
+        repository, version = tag.split(":")
+        container.commit(repository=repository, tag=version, changes=["USER agent"])
+    finally:
+        container.remove(force=True)
+    yield tag
+    docker_client.images.remove(tag, force=True)
+
+
+async def test_commands_fall_back_to_docker_exec(backend: DockerBackend, image_without_python: str) -> None:
+    spec = SandboxSpec(image=image_without_python, limits=small_limits(), workspace=_tar_one("a.txt", b"A"))
+    sandbox = await backend.create(spec)
+    try:
+        result = await sandbox.exec("cat a.txt; echo; id -u; echo err >&2; exit 4")
+        assert result.output == "A\n1000\nerr\n" and result.exit_code == 4
+        assert (await sandbox.exec("command -v python3 || echo none")).output == "none\n"
+        flood = await sandbox.exec("yes | head -c 50M")
+        assert flood.truncated and len(flood.output) <= sandbox.limits.output_cap_bytes + 200
+        started = time.monotonic()
+        slow = await sandbox.exec("sleep 60", timeout_s=1)
+        assert slow.timed_out and slow.exit_code == 124 and time.monotonic() - started < 10
+        with pytest.raises(SandboxError, match="no python3"):
+            await sandbox.read_file("a.txt")
+    finally:
+        await sandbox.destroy()
+
+
+async def test_exec_on_a_vanished_container_is_a_sandbox_error(
+    backend: DockerBackend, spec: SandboxSpec
+) -> None:
+    sandbox = await backend.create(spec)
+    await sandbox._reset_runner()
+    await backend.call(backend.client.api.remove_container, sandbox.id, force=True)
+    with pytest.raises(SandboxError, match="not running"):
+        await sandbox.exec("true")
+    await sandbox.destroy()
+
+
+def _tar_one(name: str, data: bytes) -> bytes:
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
