@@ -11,7 +11,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,16 @@ def _cpu_threads(n: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+@dataclass
+class ScoreCache:
+    """KV cache of the token ids one caller scored last, so its next, longer prompt costs only the
+    new tokens (a scripted episode's prompts grow by appending)."""
+
+    ids: list[int] = field(default_factory=list)
+    cache: Any = None
+    last_logits: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -176,8 +186,40 @@ class HFEngine:
     def _score(self, prompt_ids: list[int], target_ids: list[int]) -> list[float]:
         if not prompt_ids:
             raise ValueError("scoring needs a non-empty prompt")
+        if not target_ids:
+            return []
         ids = torch.tensor([prompt_ids + target_ids], device=self.device)
-        logits = self.model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()
+        # Only the positions that predict a target need the vocabulary projection.
+        keep = len(target_ids) + 1
+        logits = self.model(input_ids=ids, logits_to_keep=keep).logits[0, :-1].float()
         logp = torch.log_softmax(logits, dim=-1)
+        targets = torch.tensor(target_ids, device=self.device)
+        return logp.gather(-1, targets[:, None])[:, 0].tolist()
+
+    def score_cached(self, state: ScoreCache, prompt_ids: list[int], target_ids: list[int]) -> list[float]:
+        """``score`` reusing ``state``'s KV cache when ``prompt_ids`` extends what it scored last."""
+        with _cpu_threads(self._threads):
+            return self._score_cached(state, prompt_ids, target_ids)
+
+    @torch.inference_mode()
+    def _score_cached(self, state: ScoreCache, prompt_ids: list[int], target_ids: list[int]) -> list[float]:
+        if not prompt_ids:
+            raise ValueError("scoring needs a non-empty prompt")
+        if not target_ids:
+            return []
+        full = prompt_ids + target_ids
+        n = len(state.ids)
+        if n == 0 or n > len(prompt_ids) or full[:n] != state.ids or state.last_logits is None:
+            state.ids, state.cache, state.last_logits, n = [], None, None, 0
+        new = torch.tensor([full[n:]], device=self.device)
+        kwargs = {_CACHE_ARG: state.cache} if state.cache is not None else {}
+        out = self.model(input_ids=new, use_cache=True, **kwargs)
+        logits = out.logits[0]  # positions n .. len(full)-1
+        if n:
+            logits = torch.cat([state.last_logits[None], logits])  # positions n-1 .. len(full)-1
+        first = len(prompt_ids) - 1 - (n - 1 if n else 0)
+        wanted = logits[first : first + len(target_ids)].float()
+        state.ids, state.cache, state.last_logits = full, _cache_of(out), out.logits[0, -1]
+        logp = torch.log_softmax(wanted, dim=-1)
         targets = torch.tensor(target_ids, device=self.device)
         return logp.gather(-1, targets[:, None])[:, 0].tolist()

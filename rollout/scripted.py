@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from rlguard.errors import RlguardError
 from rollout.chat_format import ChatFormat, tool_call_text
 from rollout.compaction import is_compaction_request
-from rollout.hf_engine import HFEngine
+from rollout.hf_engine import HFEngine, ScoreCache
 from rollout.policy import Generation, Sampling
 
 BUILTIN_SCRIPT = Path(__file__).resolve().parent / "scripts" / "builtin.yaml"
@@ -198,9 +198,10 @@ class Scorer:
         self.engine = engine
         self._lock = asyncio.Lock()
 
-    async def score(self, prompt_ids: list[int], target_ids: list[int]) -> list[float]:
+    async def score(self, prompt_ids: list[int], target_ids: list[int], cache: ScoreCache) -> list[float]:
+        """Logprobs of ``target_ids`` after ``prompt_ids``; ``cache`` is the episode's own KV cache."""
         async with self._lock:
-            return await asyncio.to_thread(self.engine.score, prompt_ids, target_ids)
+            return await asyncio.to_thread(self.engine.score_cached, cache, prompt_ids, target_ids)
 
 
 class ScriptedPolicy:
@@ -222,6 +223,7 @@ class ScriptedPolicy:
         self.summary = summary
         self.policy_version = policy_version
         self.done: list[str] = []
+        self._cache = ScoreCache()
 
     def _next_text(self, prompt_ids: list[int]) -> str:
         if is_compaction_request(self.fmt, prompt_ids):
@@ -244,6 +246,6 @@ class ScriptedPolicy:
         if len(ids) > sampling.max_tokens:
             ids, finish = ids[: sampling.max_tokens], "length"
         started = time.perf_counter()
-        logprobs = await self.scorer.score(prompt_ids, ids)
+        logprobs = await self.scorer.score(prompt_ids, ids, self._cache)
         seconds = time.perf_counter() - started
         return Generation(ids, logprobs, self.fmt.decode(ids), finish, seconds)
