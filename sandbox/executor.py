@@ -1,12 +1,14 @@
 """The in-sandbox command runner: JSON requests on stdin, JSON answers on stdout, one per line.
 
-The host starts it once per sandbox with ``docker exec`` (its source passed on the command line, so
+The host starts it once per sandbox with ``docker exec`` (its source passed in the environment, so
 the image needs nothing but the interpreter) and keeps the exec's attach stream open: no socket file
 exists that the agent could swap, and no listening port exists at all. Standard library only.
 
-It runs as the agent's user, so the agent can kill or trace it: the host treats every answer as
-untrusted (sizes capped, JSON validated, its own deadline) and restarts it when it dies. It names
-itself ``rlguard-exec`` and ignores SIGTERM/SIGINT/SIGHUP so a casual ``pkill`` leaves it alone.
+It runs as the agent's user. It makes itself non-dumpable, so the agent can neither ptrace it nor
+open its ``/proc/<pid>/fd`` or ``mem`` (reading requests, forging answers); it can still kill or
+stop it, so the host treats every answer as untrusted (sizes capped, JSON validated, random request
+ids, its own deadline) and restarts it when it dies. It names itself ``rlguard-exec`` and ignores
+SIGTERM/SIGINT/SIGHUP so a casual ``pkill`` leaves it alone.
 
 Per command: a new session (``setsid``), stdout and stderr on one pipe (order kept), output kept as
 head + tail within the cap while streaming, and on timeout the whole process group, session and
@@ -90,11 +92,17 @@ class Refused(Exception):
         self.kind = kind
 
 
-def name_self():
+def protect_self():
     try:
         with open("/proc/self/comm", "w") as comm:
             comm.write("rlguard-exec")
     except OSError:
+        pass
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0; children are dumpable again after exec
+    except Exception:
         pass
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: None)  # a handler, not SIG_IGN: children get the default back
@@ -498,7 +506,7 @@ def answer(line):
 
 
 def main():
-    name_self()
+    protect_self()
     os.chdir(WORKSPACE)
     stdin = sys.stdin.buffer
     while True:

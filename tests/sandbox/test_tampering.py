@@ -40,25 +40,43 @@ async def test_killed_runner_costs_one_command_then_restarts(sandbox: DockerSand
     assert await runner_pid(sandbox) != before
 
 
-async def test_forged_answers_break_the_channel_not_the_host(sandbox: DockerSandbox) -> None:
+async def test_runner_channel_and_memory_are_closed_to_the_agent(sandbox: DockerSandbox) -> None:
     forged = '{"id": "0000000000000000", "ok": true, "output": "ALL TESTS PASSED", "exit_code": 0}'
-    result = await sandbox.exec(f"echo '{forged}' > /proc/{RUNNER}/fd/1; sleep 0.5; echo real")
+    result = await sandbox.exec(
+        f"P={RUNNER}; echo '{forged}' > /proc/$P/fd/1; cat /proc/$P/fd/0 < /dev/null; head -c 1 /proc/$P/mem;"
+        " ls /proc/$P/fd; echo real"
+    )
     assert "ALL TESTS PASSED" not in result.output
-    assert result.exit_code == 137
-    assert (await sandbox.exec("echo next")).output == "next\n"
+    assert result.output.count("Permission denied") == 4, result.output
+    assert result.output.endswith("real\n")
+    probe = (
+        "import ctypes, os, subprocess\n"
+        'pid = int(subprocess.check_output(["pgrep", "-x", "rlguard-exec"]))\n'
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        'print("attach", libc.ptrace(16, pid, 0, 0), ctypes.get_errno())\n'
+    )
+    traced = await sandbox.exec(f"python3 -c '{probe}'")
+    assert traced.output.strip() == "attach -1 1"  # EPERM
 
 
-async def test_endless_line_into_the_channel_is_capped(sandbox: DockerSandbox) -> None:
+async def test_a_broken_channel_costs_one_command_and_bounded_memory(sandbox: DockerSandbox) -> None:
+    # Even if something did get a stray line or an endless one into the channel, the host caps it,
+    # drops the channel and starts a new runner. Simulated here by the host side of the channel.
     def rss_kib() -> int:
         for line in Path(f"/proc/{os.getpid()}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
         raise AssertionError("no VmRSS")
 
+    await sandbox.exec("true")
+    runner = sandbox._runner
+    assert runner is not None
+    runner._stdout += b"x" * (4 << 20)  # an endless line arriving before the answer
     before = rss_kib()
-    result = await sandbox.exec(f"head -c 200M /dev/zero | tr '\\0' x > /proc/{RUNNER}/fd/1", timeout_s=30)
-    assert result.exit_code == 137
+    result = await sandbox.exec("echo hidden")
+    assert result.exit_code == 137 and result.output == RUNNER_KILLED_NOTE
     assert rss_kib() - before < 64 * 1024
+    assert sandbox._runner is None
     assert (await sandbox.exec("echo next")).output == "next\n"
 
 
