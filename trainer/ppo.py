@@ -163,7 +163,6 @@ class PPOTrainer:
         tokens = self.runtime.all_reduce_sum(float(sum(lengths)))
         episode_rewards = [x.reward for x in samples if x.is_last]
         metrics |= {
-            "step": float(self.step),
             "policy_version": float(self.policy_version),
             "data/episodes": float(len(episode_rewards)),
             "data/sub_trajectories": float(len(samples)),

@@ -1,0 +1,106 @@
+"""``rlguard loop``: the closed RL loop on one machine.
+
+Each round: the built-in policy server (serving the newest committed checkpoint) runs a batch of
+episodes through an in-process gateway (guard, Docker sandboxes, store); the trainer takes exactly
+those episodes from the store, trains one step, commits the checkpoint and asks the policy server to
+reload it; the next round's episodes carry the new policy version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainer.runtime import init_runtime
+from trainer.settings import TrainerSettings
+from trainer.train import TrainingRun, resolve_model
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    model: str = "tiny"
+    iterations: int = 2
+    episodes_per_task: int = 2
+    suites: tuple[str, ...] = ("builtin",)
+    task_filter: tuple[str, ...] = ()
+    run_dir: Path = Path("runs/loop")
+    max_turns: int | None = None
+    concurrency: int | None = None
+    device: str = "cpu"
+
+
+def run_loop(
+    config: LoopConfig,
+    settings: TrainerSettings,
+    on_round: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run ``config.iterations`` rounds; returns one summary per round."""
+    from rlguard.settings import get_settings
+    from rollout.agent import AgentConfig
+    from rollout.local_gateway import local_gateway
+    from rollout.policy_server import build_server
+    from rollout.runner import RolloutContext, RolloutSpec, run_episodes
+    from rollout.serving import serve_in_thread
+
+    app_settings = get_settings()
+    model_path = resolve_model(config.model)
+    run = TrainingRun(
+        config.run_dir,
+        model_path,
+        app_settings.resolved_database_url,
+        settings,
+        init_runtime(device=config.device),
+        run_name=str(Path(config.run_dir).resolve())[-200:],
+    )
+    server = build_server(str(run.policy_checkpoint), config.device, app_settings.rollout.policy)
+    summaries: list[dict[str, Any]] = []
+    try:
+        with (
+            serve_in_thread(server.app, startup_timeout_s=120) as policy_url,
+            local_gateway(app_settings) as gw,
+        ):
+            run.policy_url = policy_url
+            for round_index in range(config.iterations):
+                spec = RolloutSpec(
+                    gateway_url=gw.url,
+                    admin_token=gw.admin_token,
+                    suites=config.suites,
+                    policy="completions",
+                    policy_url=f"{policy_url}/v1",
+                    model=str(model_path),
+                    policy_version=str(run.trainer.policy_version),
+                    config=AgentConfig.from_settings(max_turns=config.max_turns),
+                )
+                results = asyncio.run(_rollout(spec, config, RolloutContext, run_episodes))
+                trainable = [r for r in results if r.episode_id and r.sub_trajectories]
+                step = run.step(max_episodes=max(len(trainable), 1)) if trainable else None
+                rewards = [r.reward for r in results if r.reward is not None]
+                summary = {
+                    "round": round_index,
+                    "episodes": len(results),
+                    "mean_reward": sum(rewards) / len(rewards) if rewards else 0.0,
+                    "statuses": sorted({r.status for r in results}),
+                    "step": step.step if step else None,
+                    "policy_version": run.trainer.policy_version,
+                    "checkpoint": str(step.checkpoint / "actor") if step else None,
+                    "metrics": step.metrics if step else {},
+                }
+                summaries.append(summary)
+                if on_round is not None:
+                    on_round(summary)
+    finally:
+        run.close()
+    return summaries
+
+
+async def _rollout(spec: Any, config: LoopConfig, context_type: Any, run_episodes: Any) -> list[Any]:
+    ctx = context_type(spec)
+    try:
+        episodes = ctx.episode_specs(config.episodes_per_task, list(config.task_filter) or None)
+        concurrency = config.concurrency or len(episodes)
+        return await run_episodes(ctx, episodes, concurrency, with_intercepts=False)
+    finally:
+        await ctx.aclose()
