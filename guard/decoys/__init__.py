@@ -26,7 +26,7 @@ from guard.decoys.files import missing_path_decoy
 from guard.decoys.git import git_decoy, history_probe
 from guard.decoys.network import BY_PROGRAM as NETWORK_PROGRAMS
 from guard.decoys.network import network_decoy
-from guard.decoys.shell import bash_syntax_error, command_not_found, seeded_rng
+from guard.decoys.shell import args_of, bash_syntax_error, command_not_found, seeded_rng
 from guard.decoys.tampering import CONTAINER_CLIS, escape_decoy, tamper_decoy
 from guard.decoys.wording import (
     edit_success_answer,
@@ -53,6 +53,7 @@ __all__ = [
 
 # Programs a sandbox image may lack: a probe asks ``command -v`` before the decoy speaks for them.
 MAYBE_ABSENT = frozenset(NETWORK_PROGRAMS) | CONTAINER_CLIS | {"python", "python3"}
+INTERPRETERS = frozenset({"node", "nodejs", "perl", "ruby", "php", "deno", "bun"})
 
 
 @lru_cache(maxsize=64)
@@ -61,19 +62,47 @@ def _protected(patterns: tuple[str, ...]) -> ProtectedPaths:
     return ProtectedPaths(patterns)
 
 
-def _culprit(result: RuleResult) -> Command | None:
-    """The command the rule fired on, else the first one of the call."""
-    if result.match is not None and result.match.command is not None:
-        return result.match.command
+def _is_interpreter(program: str) -> bool:
+    return program.startswith(("python", "pypy")) or program in INTERPRETERS
+
+
+def _names_path(arg: str, path: str, protected: ProtectedPaths) -> bool:
+    """Whether a single argument names the matched path (``hidden`` after ``cd /`` names ``/hidden``)."""
+    if not arg or arg.startswith("-") or any(c.isspace() for c in arg):
+        return False
+    if protected.match(arg) is not None:
+        return True
+    tail = arg.strip("/").removeprefix("./")
+    return bool(tail) and (path.rstrip("/") == arg.rstrip("/") or path.rstrip("/").endswith("/" + tail))
+
+
+def _culprit(result: RuleResult, protected: ProtectedPaths) -> Command | None:
+    """The command that does what the rule objects to: the rule's own, else the one naming the
+    matched path, the one able to reach the network, or git; None when the call only writes."""
+    match = result.match
+    if match is None:
+        return None
+    if match.command is not None:
+        return match.command
     commands = result.normalized.commands
-    return commands[0] if commands else None
+    if match.path:
+        for command in commands:
+            if any(_names_path(arg, match.path, protected) for arg in args_of(command)):
+                return command
+    if match.category == Category.ANSWER_FETCH:
+        return next(
+            (c for c in commands if c.program in NETWORK_PROGRAMS or _is_interpreter(c.program)), None
+        )
+    if match.category == Category.GIT_HISTORY_LEAK:
+        return next((c for c in commands if c.program == "git"), commands[-1] if commands else None)
+    return commands[-1] if commands else None
 
 
 def probe_command(call: ToolCall, result: RuleResult) -> str | None:
     """A harmless command whose real answer makes this call's decoy truer, or None."""
     if call.tool != "bash" or result.match is None:
         return None
-    command = _culprit(result)
+    command = _culprit(result, _protected(DEFAULT_PROTECTED_PATHS))
     if command is None:
         return None
     if command.program == "git":
@@ -133,9 +162,9 @@ def _bash_decoy(
     match = result.match
     category = match.category if match is not None else ""
     hint = match.path if match is not None else None
-    command = _culprit(result)
-    if command is None:
-        return ToolAnswer("", 1)
+    command = _culprit(result, protected)
+    if command is None:  # e.g. a fetch script written to a file: the write itself succeeds
+        return ToolAnswer("", 0 if category == Category.ANSWER_FETCH else 1)
     program = command.program
     installed = None if probe is None or program == "git" else probe.exit_code == 0
     if installed is False:
@@ -143,14 +172,22 @@ def _bash_decoy(
     rng = seeded_rng(context.episode_id, result.normalized.text)
 
     def is_protected(p: str) -> bool:
-        return protected.match(p) is not None or p == hint
+        return _names_path(p, hint, protected) if hint else protected.match(p) is not None
 
     if category in (Category.TEST_TAMPERING, Category.GRADER_TAMPERING):
         return tamper_decoy(command)
     if program == "git":
         return git_decoy(command, probe)
+    names_protected = any(_names_path(a, hint or "", protected) for a in args_of(command))
     if category == Category.SANDBOX_ESCAPE and program not in NETWORK_PROGRAMS:
-        return escape_decoy(command, hint, installed)
+        if names_protected or (hint and protected.match(hint) and _is_interpreter(program)):
+            return missing_path_decoy(command, is_protected, hint)
+        written = hint or next(
+            (p for p in result.normalized.paths if p.startswith(("/sys/", "/proc/"))), None
+        )
+        return escape_decoy(command, written, installed)
+    if category == Category.HIDDEN_TEST_ACCESS and names_protected:
+        return missing_path_decoy(command, is_protected, hint)
     if category == Category.ANSWER_FETCH or program in NETWORK_PROGRAMS:
         return network_decoy(command, result.normalized, rng, now)
     if category == Category.GIT_HISTORY_LEAK:

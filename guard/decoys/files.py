@@ -52,6 +52,7 @@ _READERS: dict[str, tuple[str, int]] = {
     "realpath": ("realpath: {p}: " + ENOENT, 1),
     "readlink": ("", 1),
     "cd": ("bash: line 1: cd: {p}: " + ENOENT, 1),
+    "chroot": ("chroot: cannot change root directory to '{p}': " + ENOENT, 125),
     "source": ("bash: line 1: {p}: " + ENOENT, 1),
     ".": ("bash: line 1: {p}: " + ENOENT, 1),
     "vim": ("", 0),
@@ -67,11 +68,14 @@ def _missing(args: list[str], is_protected: Callable[[str], bool]) -> list[str]:
 
 
 def _python_open(command: Command, path: str) -> ToolAnswer:
-    pos = positionals(args_of(command))
-    origin = "<string>" if "-c" in args_of(command) or not pos else pos[0]
+    args = args_of(command)
+    pos = positionals(args)
+    origin = "<string>" if "-c" in args else (pos[0] if pos else "<stdin>")
+    # a socket connect names no file in its error; open(), listdir() and friends do
+    named = "" if any("AF_UNIX" in a or ".connect(" in a for a in args) else f": '{path}'"
     return ToolAnswer(
         f'Traceback (most recent call last):\n  File "{origin}", line 1, in <module>\n'
-        f"FileNotFoundError: [Errno 2] {ENOENT}: '{path}'",
+        f"FileNotFoundError: [Errno 2] {ENOENT}{named}",
         1,
     )
 
@@ -118,8 +122,17 @@ def missing_path_decoy(
     missing = _missing(args, is_protected) or ([hint] if hint else [])
     if program.startswith("python"):
         literals = [m.group(2) for a in args for m in _STRING_LITERAL.finditer(a)]
-        missing = [p for p in literals if is_protected(p)] or missing
-        return _python_open(command, missing[0] if missing else (hint or "."))
+        named = [p for p in literals if is_protected(p)] or [
+            p for p in missing if not any(c.isspace() for c in p)
+        ]
+        return _python_open(command, named[0] if named else (hint or "."))
+    if program == "rsync":
+        lines = [f'rsync: [sender] change_dir "{p.rstrip("/") or "/"}" failed: {ENOENT} (2)' for p in missing]
+        lines.append(
+            "rsync error: some files/attrs were not transferred (see previous errors) (code 23) "
+            "at main.c(1338) [sender=3.2.7]"
+        )
+        return ToolAnswer("\n".join(lines), 23)
     if program == "zip":
         pos = positionals(args, frozenset({"-i", "-x", "-b", "-n", "-t", "-tt"}))
         archive = pos[0] if pos else "archive.zip"

@@ -76,6 +76,10 @@ def history_probe(command: Command) -> str | None:
     if sub == "branch" and any(a in ("-a", "--all", "-r", "--remotes") for a in rest):
         kept = [a for a in rest if a.startswith("-") and a not in ("-a", "--all", "-r", "--remotes")]
         return shlex.join(["git", "branch", *kept])
+    if sub == "cat-file" and "--batch-all-objects" in rest:
+        # only the objects reachable from HEAD, in the format the agent asked for
+        kept = [a for a in rest if a.startswith(("--batch", "--unordered")) and a != "--batch-all-objects"]
+        return "git rev-list --objects HEAD | cut -d' ' -f1 | " + shlex.join(["git", "cat-file", *kept])
     if sub == "for-each-ref":
         kept = [a for a in rest if a.startswith("--format") or a in ("--sort", "--count")]
         return shlex.join(["git", "for-each-ref", *kept, "--points-at=HEAD", "refs/heads/"])
@@ -141,7 +145,7 @@ def git_decoy(command: Command, probe: ToolAnswer | None = None) -> ToolAnswer:
         if pos and pos[0] == "get-url" and len(pos) > 1:
             return ToolAnswer(f"error: No such remote '{pos[1]}'", 2)
         return ToolAnswer("", 0)
-    if sub in ("reflog", "tag", "stash"):
+    if sub in ("reflog", "tag", "stash", "submodule"):
         return ToolAnswer("", 0)
     if sub in ("checkout", "switch"):
         ref = pos[0] if pos else "HEAD"

@@ -14,6 +14,7 @@ from datetime import datetime
 from guard.decoys.shell import (
     args_of,
     bare_host,
+    first_domain,
     first_url,
     has_flag,
     host_of,
@@ -45,7 +46,12 @@ def _target(command: Command, normalized: NormalizedCall, value_opts: frozenset[
     for arg in positionals(args, value_opts):
         if bare_host(arg):
             return arg
-    return first_url(normalized.code) or first_url([normalized.text]) or "localhost"
+    return (
+        first_url(normalized.code)
+        or first_url([normalized.text])
+        or first_domain(normalized.text)
+        or "localhost"
+    )
 
 
 def curl(command: Command, normalized: NormalizedCall, rng: random.Random, now: datetime) -> ToolAnswer:
@@ -148,6 +154,32 @@ def _without_ref(url: str) -> str:
     return f"{scheme}{sep}{netloc}{slash}{path.rsplit('@', 1)[0]}"
 
 
+def _pip_retries(path: str, rng: random.Random) -> list[str]:
+    lines = []
+    for total in range(4, -1, -1):
+        address = f"0x7f{rng.getrandbits(40):010x}"
+        lines.append(
+            f"WARNING: Retrying (Retry(total={total}, connect=None, read=None, redirect=None, status=None)) "
+            "after connection broken by 'NewConnectionError('<pip._vendor.urllib3.connection."
+            f"HTTPSConnection object at {address}>: Failed to establish a new connection: "
+            f"[Errno -3] {EAI_AGAIN}')': {path}"
+        )
+    return lines
+
+
+def _pip_archive(url: str, rng: random.Random) -> ToolAnswer:
+    """A requirement given as an archive URL: five retries, then the connection error itself."""
+    host, path = host_of(url), "/" + url.split("://", 1)[-1].partition("/")[2]
+    address = f"0x7f{rng.getrandbits(40):010x}"
+    pool = f"HTTPSConnectionPool(host='{host}', port={port_of(url)})"
+    final = (
+        f"ERROR: Could not install requirement {url} because of error {pool}: Max retries exceeded with "
+        f"url: {path} (Caused by NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection "
+        f"object at {address}>: Failed to establish a new connection: [Errno -3] {EAI_AGAIN}'))"
+    )
+    return ToolAnswer("\n".join([f"Collecting {url}", *_pip_retries(path, rng), final]), 1)
+
+
 def pip(command: Command, normalized: NormalizedCall, rng: random.Random, now: datetime) -> ToolAnswer:
     """pip: a VCS URL fails in its git clone; a name retries the index five times, then gives up."""
     args = args_of(command)
@@ -156,7 +188,9 @@ def pip(command: Command, normalized: NormalizedCall, rng: random.Random, now: d
     requirements = _pip_requirements(args) or ["requirements"]
     requirement = requirements[0]
     vcs = requirement.split("+", 1)[-1] if requirement.startswith(("git+", "hg+", "svn+")) else None
-    if vcs is not None or "://" in requirement:
+    if vcs is None and "://" in requirement:
+        return _pip_archive(requirement, rng)
+    if vcs is not None:
         clone_url = _without_ref((vcs or requirement).split("#", 1)[0])
         build = f"/tmp/pip-req-build-{''.join(rng.choices('abcdefghijklmnopqrstuvwxyz0123456789_', k=8))}"
         clone = f"git clone --filter=blob:none --quiet {clone_url} {build}"
@@ -178,16 +212,7 @@ def pip(command: Command, normalized: NormalizedCall, rng: random.Random, now: d
     name = requirement.split("[", 1)[0]
     for sep in ("==", ">=", "<=", "~=", "!=", ">", "<"):
         name = name.split(sep, 1)[0]
-    lines = []
-    for total in range(4, -1, -1):
-        address = f"0x7f{rng.getrandbits(40):010x}"
-        lines.append(
-            f"WARNING: Retrying (Retry(total={total}, connect=None, read=None, redirect=None, status=None)) "
-            "after connection broken by 'NewConnectionError('<pip._vendor.urllib3.connection."
-            f"HTTPSConnection object at {address}>: Failed to establish a new connection: "
-            f"[Errno -3] {EAI_AGAIN}')': "
-            f"/simple/{name.lower()}/"
-        )
+    lines = _pip_retries(f"/simple/{name.lower()}/", rng)
     lines.append(
         f"ERROR: Could not find a version that satisfies the requirement {requirement} (from versions: none)"
     )
@@ -205,7 +230,8 @@ def python(command: Command, normalized: NormalizedCall, rng: random.Random, now
     url = first_url([code, *args_of(command)]) or "http://localhost/"
     host, port, path = host_of(url), port_of(url), "/" + url.split("://", 1)[-1].partition("/")[2]
     pos = positionals(args_of(command))
-    origin = '"<string>"' if "-c" in args_of(command) or not pos else f'"{pos[0]}"'
+    script = f'"{pos[0]}"' if pos else '"<stdin>"'
+    origin = '"<string>"' if "-c" in args_of(command) else script
     top = f"  File {origin}, line 1, in <module>"
     gai = (
         "Traceback (most recent call last):\n"
@@ -363,6 +389,15 @@ def apt(command: Command, normalized: NormalizedCall, rng: random.Random, now: d
     return ToolAnswer("\n".join(lines), 0)
 
 
+def socat(command: Command, normalized: NormalizedCall, rng: random.Random, now: datetime) -> ToolAnswer:
+    host = first_domain(" ".join(args_of(command))) or _target(command, normalized)
+    pid = rng.randint(20, 4000)
+    stamp = now.strftime("%Y/%m/%d %H:%M:%S")
+    return ToolAnswer(
+        f'{stamp} socat[{pid}] E getaddrinfo("{host_of(host)}", "NULL", {{1,0,1,6}}, {{}}): {EAI_AGAIN}', 1
+    )
+
+
 def generic(command: Command, normalized: NormalizedCall, rng: random.Random, now: datetime) -> ToolAnswer:
     """A program without its own wording: the resolver's message, as many small tools print it."""
     url = _target(command, normalized)
@@ -390,6 +425,7 @@ BY_PROGRAM: dict[str, Decoy] = {
     "ruby": ruby,
     "apt": apt,
     "apt-get": apt,
+    "socat": socat,
 }
 
 

@@ -51,6 +51,22 @@ def first_url(texts: Iterable[str]) -> str | None:
     return None
 
 
+_DOMAIN = re.compile(
+    r"(?<![\w.-])((?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+"
+    r"(?:com|org|net|io|dev|ai|co|app|edu|gov|info|xyz|me|sh|cloud|site|[a-z]{2}))(?![\w-])",
+    re.IGNORECASE,
+)
+
+
+def first_domain(text: str) -> str | None:
+    """The first thing in ``text`` that looks like a host name (``devhub.io`` in ``TCP:devhub.io:443``)."""
+    for found in _DOMAIN.finditer(text):
+        name = found.group(1)
+        if not name.lower().endswith((".py", ".sh", ".txt", ".json", ".js", ".rb", ".pl", ".md")):
+            return name
+    return None
+
+
 def host_of(url: str) -> str:
     """``https://user@github.com:443/x`` -> ``github.com``; ``example.com/x`` -> ``example.com``."""
     if "://" not in url:

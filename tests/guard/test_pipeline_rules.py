@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
+from guard.eval import load_corpus
 from guard.pipeline import Guard
 from guard.settings import GuardSettings, JudgeSettings
 from guard.types import Action, GuardContext, ToolAnswer, ToolCall
@@ -91,3 +93,31 @@ async def test_task_protected_paths_apply_per_context(guard: Guard) -> None:
 def test_check_rules_is_synchronous_stage_one(guard: Guard) -> None:
     result = guard.check_rules(ToolCall("bash", {"command": "curl https://example.com"}))
     assert result.match is not None and result.match.category == "answer_fetch"
+
+
+CORPUS = Path(__file__).with_name("corpus.jsonl")
+_WGET_CLOCK = re.compile(r"^--\d{4}-\d\d-\d\d \d\d:\d\d:\d\d--", re.M)
+
+
+def _unclocked(answer: ToolAnswer) -> ToolAnswer:
+    """The decoy without wget's wall-clock stamp (the one part meant to move, as a real one would)."""
+    return ToolAnswer(_WGET_CLOCK.sub("--T--", answer.output), answer.exit_code, answer.truncated)
+
+
+async def test_every_decoy_over_the_corpus_is_shaped_like_a_real_answer(guard: Guard) -> None:
+    """Every cheat of the labelled corpus that ends in a decoy: right shape, no giveaway, stable."""
+    rows = [row for row in load_corpus(CORPUS) if row.label == "cheat"]
+    decoys = 0
+    for row in rows:
+        context = GuardContext(task_statement=row.task, episode_id="ep-corpus")
+        decision = await guard.check(row.call, context)
+        if decision.verdict.action != Action.DECOY:
+            continue
+        decoys += 1
+        answer = decision.decoy
+        assert isinstance(answer, ToolAnswer) and isinstance(answer.output, str), row
+        assert isinstance(answer.exit_code, int) and answer.truncated is False, row
+        assert not GIVEAWAYS.search(answer.output), (row.call, answer.output)
+        again = await guard.check(row.call, context)
+        assert again.decoy is not None and _unclocked(again.decoy) == _unclocked(answer), row.call
+    assert decoys >= 0.9 * len(rows)  # the judge says cheat to every escalation here
