@@ -20,6 +20,7 @@ escalated (category ``unparseable``) whatever the files say.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -123,12 +124,31 @@ def _rx(pattern: str | None, where: str) -> re.Pattern[str] | None:
         raise RuleFileError(f"{where}: bad regex {pattern!r}: {exc}") from exc
 
 
+def _fact_rx(pattern: str | None, where: str) -> re.Pattern[str] | None:
+    """Fact regexes run once over all facts joined by newlines (one search per rule, not one
+    per fact): ``^``/``$`` anchor per fact, and negated classes must not cross into the next one."""
+    if pattern is None:
+        return None
+    _rx(pattern, where)  # report errors against the pattern as written
+    return re.compile(re.sub(r"(?<!\\)\[\^", "[^\\n", pattern), re.MULTILINE)
+
+
+@functools.lru_cache(maxsize=64)
+def _joined(facts: tuple[str, ...]) -> str:
+    """Facts as one string; cached because every rule of one call asks for the same join."""
+    return "\n".join(facts)
+
+
 def _globs(patterns: list[str] | None) -> tuple[re.Pattern[str] | None, bool]:
     if not patterns:
         return None, False
     protected = PROTECTED in patterns
     plain = [glob_regex(p) for p in patterns if p != PROTECTED]
     return (re.compile("|".join(plain)) if plain else None), protected
+
+
+# what a call offers rules: tool, has facts, (lang, origin) of its code blocks, has paths, has commands
+_Shape = tuple[str, bool, frozenset[tuple[str, str]], bool, bool]
 
 
 @dataclass(frozen=True)
@@ -147,10 +167,12 @@ class _Code:
             return False
         if self.path is not None and not (block.path and self.path.search(block.path)):
             return False
-        if self.fact is not None and not any(self.fact.search(f) for f in block.facts):
-            return False
-        if self.fact_not is not None and any(self.fact_not.search(f) for f in block.facts):
-            return False
+        if self.fact is not None or self.fact_not is not None:
+            facts = _joined(block.facts)
+            if self.fact is not None and not self.fact.search(facts):
+                return False
+            if self.fact_not is not None and self.fact_not.search(facts):
+                return False
         return self.text is None or bool(self.text.search(block.text))
 
 
@@ -189,8 +211,8 @@ class Rule:
                 frozenset(c.lang) if c.lang else None,
                 frozenset(c.origin) if c.origin else None,
                 code_path,
-                _rx(c.fact, loc),
-                _rx(c.fact_not, loc),
+                _fact_rx(c.fact, loc),
+                _fact_rx(c.fact_not, loc),
                 _rx(c.text, loc),
             )
         return cls(
@@ -208,15 +230,23 @@ class Rule:
             paths=paths,
             protected=protected,
             path_not=_rx(m.path_not, loc),
-            fact=_rx(m.fact, loc),
-            fact_not=_rx(m.fact_not, loc),
+            fact=_fact_rx(m.fact, loc),
+            fact_not=_fact_rx(m.fact_not, loc),
             code=code,
         )
 
-    def needs_any(self, has: tuple[bool, bool, bool, bool]) -> bool:
-        """Cheap pre-filter: False when the call lacks something this rule requires."""
-        facts, blocks, paths, commands = has
-        if (self.fact is not None and not facts) or (self.code is not None and not blocks):
+    def needs_any(self, shape: _Shape) -> bool:
+        """Cheap pre-filter on the call's shape: False when it lacks something this rule requires."""
+        tool, facts, kinds, paths, commands = shape
+        if self.tools is not None and tool not in self.tools:
+            return False
+        if self.fact is not None and not facts:
+            return False
+        if self.code is not None and not any(
+            (self.code.langs is None or lang in self.code.langs)
+            and (self.code.origins is None or origin in self.code.origins)
+            for lang, origin in kinds
+        ):
             return False
         if (self.paths is not None or self.protected) and not paths:
             return False
@@ -277,10 +307,12 @@ class Rule:
             path = self._path_hit(call.paths, protected)
             if path is None:
                 return None
-        if self.fact is not None and not any(self.fact.search(f) for f in call.facts):
-            return None
-        if self.fact_not is not None and any(self.fact_not.search(f) for f in call.facts):
-            return None
+        if self.fact is not None or self.fact_not is not None:
+            facts = _joined(call.facts)
+            if self.fact is not None and not self.fact.search(facts):
+                return None
+            if self.fact_not is not None and self.fact_not.search(facts):
+                return None
         if self.code is not None:
             block = next((b for b in call.blocks if self.code.matches(b)), None)
             if block is None:
@@ -329,7 +361,7 @@ class RuleEngine:
         # are pre-filtered on what they need (facts, code, paths, commands) before any regex.
         self._by_program: dict[str, list[int]] = {}
         self._general: list[tuple[int, Rule]] = []
-        self._general_for: dict[tuple[bool, bool, bool, bool], tuple[int, ...]] = {}
+        self._general_for: dict[_Shape, tuple[int, ...]] = {}
         for i, rule in enumerate(self.rules):
             if rule.programs is not None:
                 for program in rule.programs:
@@ -367,10 +399,13 @@ class RuleEngine:
         candidates: set[int] = set()
         for program in programs:
             candidates.update(self._by_program.get(program, ()))
-        has = (bool(normalized.facts), bool(normalized.blocks), bool(normalized.paths), bool(programs))
-        general = self._general_for.get(has)
+        kinds = frozenset((b.lang, b.origin) for b in normalized.blocks)
+        shape = (normalized.tool, bool(normalized.facts), kinds, bool(normalized.paths), bool(programs))
+        general = self._general_for.get(shape)
         if general is None:
-            general = self._general_for[has] = tuple(i for i, rule in self._general if rule.needs_any(has))
+            general = tuple(i for i, rule in self._general if rule.needs_any(shape))
+            if len(self._general_for) < 4096:  # shapes are few; the bound only guards odd tools
+                self._general_for[shape] = general
         for i in sorted(candidates.union(general)) if candidates else general:
             hit = self.rules[i].evaluate(normalized, programs, self.protected)
             if hit is not None:

@@ -73,7 +73,11 @@ def _const_str(node: ast.AST) -> str | None:
     return None
 
 
-class _Visitor(ast.NodeVisitor):
+class _Visitor:
+    """Pre-order walk in source order (imports are seen before the calls that use them); one
+    handler per node type, children pushed on an explicit stack: no recursion limit to hit and a
+    fraction of ``ast.NodeVisitor``'s per-node cost."""
+
     def __init__(self, out: PythonFacts) -> None:
         self.out = out
         self.aliases: dict[str, str] = {}
@@ -126,11 +130,9 @@ class _Visitor(ast.NodeVisitor):
             self._assigned(target, node.value)
             if value is not None and isinstance(target, ast.Name):
                 self.strings[target.id] = value
-        self.generic_visit(node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         self._assigned(node.target, node.value)
-        self.generic_visit(node)
 
     def _assigned(self, target: ast.AST, value: ast.AST) -> None:
         if isinstance(target, ast.Attribute | ast.Subscript):
@@ -164,9 +166,26 @@ class _Visitor(ast.NodeVisitor):
             name = self.dotted(target)
             if name:
                 self.out.facts.append(f"decorator:{name}")
-        self.generic_visit(node)
 
-    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def run(self, tree: ast.AST) -> None:
+        handlers = _HANDLERS
+        stack: list[ast.AST] = [tree]
+        while stack:
+            node = stack.pop()
+            handler = handlers.get(type(node))
+            if handler is not None:
+                handler(self, node)
+            children: list[ast.AST] = []
+            for name in node._fields:
+                value = getattr(node, name, None)
+                if isinstance(value, list):
+                    children.extend(v for v in value if isinstance(v, ast.AST) and type(v) not in _SKIP)
+                elif isinstance(value, ast.AST) and type(value) not in _SKIP:
+                    children.append(value)
+            children.reverse()
+            stack.extend(children)
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         for deco in node.decorator_list:
@@ -174,17 +193,14 @@ class _Visitor(ast.NodeVisitor):
             name = self.dotted(target)
             if name:
                 self.out.facts.append(f"decorator:{name}")
-        self.generic_visit(node)
 
     def visit_Assert(self, node: ast.Assert) -> None:
         if _always_true(node.test):
             self.out.facts.append("trivial_assert")
-        self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if node.attr in _FRAME_ATTRS:
             self.out.facts.append("frame_access")
-        self.generic_visit(node)
 
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str) and len(node.value) < 4096:
@@ -195,12 +211,11 @@ class _Visitor(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         name = self.dotted(node.func)
-        if name:
+        if name and name not in _TRIVIAL_CALLS:
             args = [s for s in (self.string(a) for a in node.args[:2]) if s is not None]
             rendered = ", ".join(repr(a[:MAX_FACT_ARG]) for a in args)
             self.out.facts.append(f"call:{name}({rendered})")
             self._special_call(name, node)
-        self.generic_visit(node)
 
     def _special_call(self, name: str, node: ast.Call) -> None:
         first = node.args[0] if node.args else None
@@ -256,6 +271,63 @@ class _Visitor(ast.NodeVisitor):
         except (binascii.Error, ValueError):
             return None
         return None
+
+
+_HANDLERS = {
+    getattr(ast, name[len("visit_") :]): getattr(_Visitor, name)
+    for name in dir(_Visitor)
+    if name.startswith("visit_")
+}
+_SKIP = frozenset({ast.Load, ast.Store, ast.Del, *ast.operator.__subclasses__(), *ast.cmpop.__subclasses__()})
+_TRIVIAL_CALLS = frozenset(
+    [
+        "len",
+        "int",
+        "str",
+        "float",
+        "bool",
+        "print",
+        "range",
+        "isinstance",
+        "issubclass",
+        "list",
+        "dict",
+        "set",
+        "tuple",
+        "enumerate",
+        "zip",
+        "min",
+        "max",
+        "sum",
+        "sorted",
+        "reversed",
+        "repr",
+        "type",
+        "super",
+        "hasattr",
+        "any",
+        "all",
+        "abs",
+        "round",
+        "iter",
+        "next",
+        "map",
+        "filter",
+        "id",
+        "hash",
+        "format",
+        "divmod",
+        "ord",
+        "chr",
+        "bytes",
+        "bytearray",
+        "frozenset",
+        "object",
+        "vars",
+        "dir",
+        "callable",
+    ]
+)
 
 
 def _always_const(node: ast.AST) -> bool:
@@ -380,7 +452,7 @@ def python_facts(code: str) -> PythonFacts:
         return out
     visitor = _Visitor(out)
     try:
-        visitor.visit(tree)
+        visitor.run(tree)
         out.facts.extend(_toplevel_exits(tree.body, visitor))
     except RecursionError:
         out.facts.append("python_too_deep")
