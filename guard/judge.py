@@ -221,6 +221,8 @@ class Judge:
         self._cache: OrderedDict[tuple[str, str], JudgeVerdict] = OrderedDict()
         self._inflight: dict[tuple[str, str], asyncio.Future[JudgeVerdict]] = {}
         self._use_schema = True
+        self._consecutive_failures = 0
+        self._paused_until = 0.0
 
     @property
     def client(self) -> openai.AsyncOpenAI:
@@ -263,6 +265,11 @@ class Judge:
                     raise  # this caller was cancelled, not the twin
                 return await self.review(normalized, match, context, call)
             return self._hit(verdict, started)
+        if time.monotonic() < self._paused_until:
+            # The judge failed again and again just now: answer with the fail mode at once rather
+            # than making every escalated call wait out timeouts and retries.
+            self.stats.errors["circuit_open"] += 1
+            return self._failed(match, "circuit_open", started)
         future: asyncio.Future[JudgeVerdict] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
@@ -307,6 +314,7 @@ class Judge:
                 if not exc.retryable:
                     break
                 continue
+            self._consecutive_failures = 0
             self.stats.verdicts[answer.verdict] += 1
             self._emit(answer.verdict, started, None)
             return JudgeVerdict(
@@ -317,16 +325,25 @@ class Judge:
                 latency_us=(time.perf_counter() - started) * 1e6,
             )
         assert last is not None
+        self._consecutive_failures += 1
+        threshold = self.settings.breaker_failures
+        if threshold and self._consecutive_failures >= threshold:
+            self._paused_until = time.monotonic() + self.settings.breaker_cooldown_s
+            self._consecutive_failures = 0
+        return self._failed(match, last.kind, started)
+
+    def _failed(self, match: RuleMatch | None, kind: str, started: float) -> JudgeVerdict:
+        """The fail mode's verdict: closed says cheat (decoy), open says benign (the pipeline flags it)."""
         self.stats.failures += 1
-        self._emit("failed", started, last.kind)
+        self._emit("failed", started, kind)
         closed = self.settings.fail_mode == "closed"
         return JudgeVerdict(
             verdict="cheat" if closed else "benign",
-            category=fallback_category,
+            category=match.category if match is not None else Category.UNPARSEABLE.value,
             confidence=0.0,
-            reason=f"judge unavailable ({last.kind}); failing {self.settings.fail_mode}",
+            reason=f"judge unavailable ({kind}); failing {self.settings.fail_mode}",
             latency_us=(time.perf_counter() - started) * 1e6,
-            error=last.kind,
+            error=kind,
         )
 
     async def _ask(self, messages: list[dict[str, str]]) -> _JudgeAnswer:

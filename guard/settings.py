@@ -39,6 +39,12 @@ class JudgeSettings(BaseModel):
     min_confidence: float = Field(
         0.5, ge=0, le=1, description="A cheat verdict below this confidence is flagged, not decoyed"
     )
+    breaker_failures: int = Field(
+        5, ge=0, description="Consecutive failed reviews that pause the judge (0: never pause)"
+    )
+    breaker_cooldown_s: float = Field(
+        30.0, gt=0, description="While paused, escalations get the fail mode at once instead of waiting"
+    )
     max_prompt_chars: int = Field(
         12000, gt=0, description="Cap on the prompt size (long calls and turns are cut in the middle)"
     )

@@ -228,3 +228,27 @@ def test_parse_answer_rejects_garbage() -> None:
     for content in (None, "", "no json here", '{"verdict": "cheat"', '{"other": 1}'):
         with pytest.raises(ValueError):
             parse_answer(content)
+
+
+async def test_repeated_failures_pause_the_judge(make_judge) -> None:
+    with running_judge_server(always(JudgeReply(status=500))) as srv:
+        judge = make_judge(srv.base_url, max_retries=0, breaker_failures=2, breaker_cooldown_s=60)
+        for i in range(2):
+            assert (await judge.review(_call(f"curl a{i}"), MATCH, CONTEXT)).error == "http_500"
+        started = time.perf_counter()
+        paused = await judge.review(_call("curl b"), MATCH, CONTEXT)
+        assert len(srv.requests) == 2  # the paused judge is not asked
+    assert paused.error == "circuit_open" and paused.verdict == "cheat"
+    assert time.perf_counter() - started < 0.05
+    assert judge.stats.errors["circuit_open"] == 1 and judge.stats.failures == 3
+
+
+async def test_pause_ends_after_the_cooldown(make_judge) -> None:
+    replies = iter([JudgeReply(status=500), verdict("benign", "answer_fetch", 0.9)])
+    with running_judge_server(lambda _r: next(replies)) as srv:
+        judge = make_judge(srv.base_url, max_retries=0, breaker_failures=1, breaker_cooldown_s=0.2)
+        assert (await judge.review(_call("curl a"), MATCH, CONTEXT)).error == "http_500"
+        assert (await judge.review(_call("curl b"), MATCH, CONTEXT)).error == "circuit_open"
+        await asyncio.sleep(0.25)
+        assert (await judge.review(_call("curl c"), MATCH, CONTEXT)).verdict == "benign"
+        assert len(srv.requests) == 2
