@@ -93,7 +93,9 @@ class _Visitor:
         if isinstance(node, ast.Call):
             func = self.dotted(node.func)
             if func in ("__import__", "importlib.import_module") and node.args:
-                return _const_str(node.args[0])
+                module = _const_str(node.args[0])
+                # __import__("a.b") returns package a; import_module("a.b") returns a.b
+                return module.split(".")[0] if module and func == "__import__" else module
             if func in ("getattr",) and len(node.args) >= 2:
                 base, attr = self.dotted(node.args[0]), _const_str(node.args[1])
                 return f"{base}.{attr}" if base and attr else None
