@@ -31,4 +31,11 @@ fi
 bash scripts/ensure_docker.sh
 
 # The sandbox image (built offline with debootstrap when no registry is usable; fast when present).
+image="rlguard/sandbox-python:$(.venv/bin/rlguard --version | cut -d' ' -f2)"
+if ! docker image inspect "$image" >/dev/null 2>&1 && ! command -v debootstrap >/dev/null 2>&1 \
+  && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "rlguard: installing debootstrap for the offline image build ..."
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+fi
 .venv/bin/rlguard sandbox image ensure
