@@ -137,6 +137,9 @@ def static_output(
     out: str | None = None
     if program in (":", "true", "false"):
         out = ""
+    elif program in ("which", "command", "type") and args and re.fullmatch(r"[\w.+-]+", args[-1]):
+        # ``$(which python)`` as a program word: the lookup names the program it finds
+        out = f"/usr/bin/{args[-1]}\n" if program != "command" or args[0] in ("-v", "-V") else None
     elif program == "echo":
         out = _echo(args)
     elif program == "printf":

@@ -43,6 +43,7 @@ _DEFAULT_VARS = {"HOME": "/root", "USER": "root", "SHELL": "/bin/bash", "PWD": W
 _SPLIT_KINDS = frozenset({"simple_expansion", "expansion", "command_substitution"})
 _QUOTED_KINDS = frozenset({"string", "raw_string", "ansi_c_string"})
 _PATTERN_FIRST = frozenset({"sed", "grep", "egrep", "fgrep", "rg", "ag", "ack", "awk", "gawk", "jq"})
+_STATIC_BASENAME = re.compile(r"/[A-Za-z0-9_.+-]+$")
 _WRITE_OPS = frozenset({">", ">>", ">|", "&>", "&>>"})
 _NULL_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "-"})
 _EXT_LANG = {
@@ -306,6 +307,10 @@ class ShellWalker:
                     dynamic_program = True
                 argv.extend(parts)
                 previous_end = w.end_byte
+            if dynamic_program and argv and _STATIC_BASENAME.search(argv[0]):
+                # ``$VIRTUAL_ENV/bin/python``: the directory is unknown, the program is not
+                argv[0] = argv[0].rsplit("/", 1)[1]
+                dynamic_program = False
             if dynamic_program:
                 self.f.facts.append(f"dynamic_program:{_text(words[0])[:80]}")
             if argv:
