@@ -17,6 +17,7 @@ uses for its real answers, so a decoy ``read_file`` error is spelled like a real
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -29,6 +30,7 @@ from guard.decoys.network import network_decoy
 from guard.decoys.shell import args_of, bash_syntax_error, command_not_found, seeded_rng
 from guard.decoys.tampering import CONTAINER_CLIS, escape_decoy, tamper_decoy
 from guard.decoys.wording import (
+    edit_mismatch_answer,
     edit_success_answer,
     edit_success_message,
     file_not_found_answer,
@@ -41,11 +43,13 @@ from guard.settings import DEFAULT_PROTECTED_PATHS
 from guard.types import Category, Command, GuardContext, RuleResult, ToolAnswer, ToolCall
 
 __all__ = [
+    "edit_mismatch_answer",
     "edit_success_answer",
     "edit_success_message",
     "file_not_found_answer",
     "file_not_found_message",
     "make_decoy",
+    "outside_workspace",
     "probe_command",
     "write_success_answer",
     "write_success_message",
@@ -53,6 +57,9 @@ __all__ = [
 
 # Programs a sandbox image may lack: a probe asks ``command -v`` before the decoy speaks for them.
 MAYBE_ABSENT = frozenset(NETWORK_PROGRAMS) | CONTAINER_CLIS | {"python", "python3"}
+WORKSPACE = "/workspace"
+# Probe answers longer than this may have been cut by the gateway: too unsure to count matches in.
+PROBE_TRUST_CHARS = 16_000
 INTERPRETERS = frozenset({"node", "nodejs", "perl", "ruby", "php", "deno", "bun"})
 
 
@@ -100,7 +107,14 @@ def _culprit(result: RuleResult, protected: ProtectedPaths) -> Command | None:
 
 def probe_command(call: ToolCall, result: RuleResult) -> str | None:
     """A harmless command whose real answer makes this call's decoy truer, or None."""
-    if call.tool != "bash" or result.match is None:
+    if result.match is None:
+        return None
+    if call.tool == "edit_file":
+        path = str(call.arguments.get("path", ""))
+        if outside_workspace(path) or result.match.category == Category.HIDDEN_TEST_ACCESS:
+            return None
+        return f"cat -- {shlex.quote(path)}"  # to answer as the real edit would (old_str found or not)
+    if call.tool != "bash":
         return None
     command = _culprit(result, _protected(DEFAULT_PROTECTED_PATHS))
     if command is None:
@@ -134,12 +148,14 @@ def make_decoy(
     path = str(call.arguments.get("path", ""))
     if call.tool in ("read_file", "list_dir"):
         return file_not_found_answer(call.tool, path or (match.path if match and match.path else "."))
+    if call.tool in ("write_file", "edit_file") and (
+        outside_workspace(path) or category == Category.HIDDEN_TEST_ACCESS
+    ):
+        return file_not_found_answer(call.tool, path)  # the real file tools reach /workspace only
     if call.tool == "write_file":
         return write_success_answer(path, str(call.arguments.get("content", "")))
     if call.tool == "edit_file":
-        if category == Category.HIDDEN_TEST_ACCESS:
-            return file_not_found_answer(call.tool, path)
-        return edit_success_answer(path)
+        return _edit_decoy(path, str(call.arguments.get("old_str", "")), probe)
     if call.tool != "bash":
         return ToolAnswer("", 0)
     script = str(call.arguments.get("command", ""))
@@ -150,6 +166,22 @@ def make_decoy(
         return answer
     # Programs end their messages with a newline, and the sandbox passes output through unstripped.
     return ToolAnswer(answer.output + "\n", answer.exit_code, answer.truncated)
+
+
+def outside_workspace(path: str) -> bool:
+    """Whether the gateway's file tools would refuse ``path`` (they reach /workspace only)."""
+    full = posixpath.normpath(path if path.startswith("/") else f"{WORKSPACE}/{path}")
+    return full != WORKSPACE and not full.startswith(WORKSPACE + "/")
+
+
+def _edit_decoy(path: str, old: str, probe: ToolAnswer | None) -> ToolAnswer:
+    """Answer an edit as the real tool would, from the file's current text when the probe read it."""
+    if probe is None or probe.truncated or len(probe.output) >= PROBE_TRUST_CHARS:
+        return edit_success_answer(path)
+    if probe.exit_code != 0:
+        return file_not_found_answer("edit_file", path)
+    count = probe.output.count(old) if old else 0
+    return edit_success_answer(path) if count == 1 else edit_mismatch_answer(path, count)
 
 
 def _bash_decoy(

@@ -42,3 +42,10 @@ def edit_success_message(path: str, replacements: int = 1) -> str:
 def edit_success_answer(path: str, replacements: int = 1) -> ToolAnswer:
     """The answer of a successful ``edit_file``."""
     return ToolAnswer(output=edit_success_message(path, replacements), exit_code=0)
+
+
+def edit_mismatch_answer(path: str, count: int) -> ToolAnswer:
+    """``edit_file`` when ``old_str`` matches zero or several times: nothing changes."""
+    if count == 0:
+        return ToolAnswer(f"edit_file: old_str not found in {path}; nothing changed", 1)
+    return ToolAnswer(f"edit_file: old_str occurs {count} times in {path}; add context so it matches once", 1)
