@@ -127,6 +127,7 @@ def loop(
     task: list[str] = typer.Option([], "--task", help="Only these task ids (repeatable)"),
     out: Path = typer.Option(Path("runs/loop"), "--out", help="Run directory"),
     max_turns: int | None = typer.Option(None, "--max-turns", min=1),
+    max_tokens_per_turn: int | None = typer.Option(None, "--max-tokens-per-turn", min=1),
     as_json: bool = typer.Option(False, "--json", help="Print each round's summary as JSON"),
 ) -> None:
     """The closed loop on the built-in policy server and tasks: rollout, train, reload, repeat."""
@@ -141,6 +142,7 @@ def loop(
         task_filter=tuple(task),
         run_dir=out,
         max_turns=max_turns,
+        max_tokens_per_turn=max_tokens_per_turn,
     )
     rounds = run_loop(config, settings, on_round=None if as_json else _print_round)
     if as_json:

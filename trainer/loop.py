@@ -28,6 +28,7 @@ class LoopConfig:
     task_filter: tuple[str, ...] = ()
     run_dir: Path = Path("runs/loop")
     max_turns: int | None = None
+    max_tokens_per_turn: int | None = None
     concurrency: int | None = None
     device: str = "cpu"
 
@@ -72,7 +73,9 @@ def run_loop(
                     policy_url=f"{policy_url}/v1",
                     model=str(model_path),
                     policy_version=str(run.trainer.policy_version),
-                    config=AgentConfig.from_settings(max_turns=config.max_turns),
+                    config=AgentConfig.from_settings(
+                        max_turns=config.max_turns, max_tokens_per_turn=config.max_tokens_per_turn
+                    ),
                 )
                 results = asyncio.run(_rollout(spec, config, RolloutContext, run_episodes))
                 trainable = [r for r in results if r.episode_id and r.sub_trajectories]

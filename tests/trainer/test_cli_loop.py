@@ -1,0 +1,108 @@
+"""The commands end to end: train from a store and reload a real policy server; plot; the closed loop."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rlguard.cli import app
+from rlguard.errors import RlguardError
+from rlguard.store.migrate import upgrade
+from rlguard.store.repository import Store
+from tests.trainer.conftest import store_episode
+
+
+@pytest.fixture(scope="session")
+def tiny_rollout_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's tiny model (with its locally built tokenizer), as the policy server loads it."""
+    from rollout.tinymodel import ensure_tiny_model
+
+    return ensure_tiny_model(tmp_path_factory.mktemp("tiny-rollout") / "model")
+
+
+def test_train_command_trains_from_store_and_reloads_the_policy_server(
+    tiny_rollout_model: Path, tmp_path: Path
+) -> None:
+    from rollout.policy_server import build_server
+    from rollout.serving import serve_in_thread
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    upgrade(url)
+    store = Store.from_url(url)
+    parts = [([11, 12, 300, 301, 13, 302], [0, 0, 1, 1, 0, 1]), ([11, 14, 303, 304], [0, 0, 1, 1])]
+    for i in range(3):
+        store_episode(store, f"e{i}", "builtin/lru-cache", float(i == 1), parts)
+    store.close()
+    run_dir = tmp_path / "run"
+    server = build_server(str(tiny_rollout_model))
+    runner = CliRunner()
+    with serve_in_thread(server.app, startup_timeout_s=120) as policy_url:
+        result = runner.invoke(
+            app,
+            ["train", "--model", str(tiny_rollout_model), "--steps", "1", "--out", str(run_dir),
+             "--database-url", url, "--policy-url", f"{policy_url}/v1", "--device", "cpu"],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output + repr(result.exception)
+        assert server.version == "1" and server.reloads == 1
+        assert server.engine.model_path == run_dir / "checkpoints" / "step-000001" / "actor"
+    assert (server.engine.model_path / "tokenizer.json").is_file()
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    record = json.loads(lines[0])
+    assert record["step"] == 1 and record["data/episodes"] == 3
+    for key in ("actor/pg_loss", "critic/value_loss", "actor/entropy", "critic/explained_variance"):
+        assert key in record
+    assert any((run_dir / "tensorboard").iterdir())
+
+    again = runner.invoke(app, ["train", "--model", str(tiny_rollout_model), "--out", str(run_dir),
+                                "--database-url", url, "--device", "cpu"])  # fmt: skip
+    assert isinstance(again.exception, RlguardError) and "no unconsumed" in str(again.exception)
+
+    plotted = runner.invoke(app, ["plot", str(run_dir)])
+    assert plotted.exit_code == 0, plotted.output
+    assert list(run_dir.glob("*.png"))
+
+
+@pytest.mark.docker
+def test_closed_loop_rolls_out_trains_and_serves_the_new_policy(
+    tiny_rollout_model: Path, tmp_path: Path, monkeypatch
+) -> None:
+    from rlguard.settings import get_settings
+    from trainer.loop import LoopConfig, run_loop
+    from trainer.settings import TrainerSettings
+
+    monkeypatch.setenv("RLGUARD_STATE_DIR", str(tmp_path / "state"))
+    get_settings.cache_clear()
+    try:
+        config = LoopConfig(
+            model=str(tiny_rollout_model),
+            iterations=2,
+            episodes_per_task=1,
+            task_filter=("lru-cache",),
+            run_dir=tmp_path / "loop",
+            max_turns=1,
+            max_tokens_per_turn=48,
+        )
+        rounds = run_loop(config, TrainerSettings())
+        url = get_settings().resolved_database_url
+    finally:
+        get_settings.cache_clear()
+    assert [r["step"] for r in rounds] == [1, 2]
+    assert [r["policy_version"] for r in rounds] == [1, 2]
+    store = Store.from_url(url)
+    try:
+        with store.sessions() as session:
+            from sqlalchemy import select
+
+            from rlguard.store.models import EpisodeRow, SubTrajectoryRow
+
+            versions = sorted(session.scalars(select(EpisodeRow.policy_version)))
+            unconsumed = session.scalars(
+                select(SubTrajectoryRow).where(SubTrajectoryRow.consumed_at.is_(None))
+            )
+            assert versions == ["0", "1"]  # round 2 ran on the reloaded policy
+            assert list(unconsumed) == []
+    finally:
+        store.close()
