@@ -28,7 +28,8 @@ class GatewayState:
     audit: AuditService
 
 
-def state(request: Request) -> GatewayState:
+async def state(request: Request) -> GatewayState:
+    """Async on purpose: FastAPI runs sync dependencies in a thread pool, a hop per request."""
     return request.app.state.gateway
 
 

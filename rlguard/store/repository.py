@@ -19,6 +19,8 @@ from rlguard.store.codec import decode_action_mask, decode_logprobs, decode_toke
 from rlguard.store.engine import make_engine, make_session_factory
 from rlguard.store.models import EpisodeRow, EpisodeStatus, SubTrajectoryRow, TaskRow, ToolCallRow, utcnow
 
+_CALL_COLUMNS = tuple(c.key for c in ToolCallRow.__table__.columns if c.key != "id")
+
 
 class DuplicateError(Exception):
     """The row already exists (e.g. a sub-trajectory index uploaded twice)."""
@@ -105,13 +107,19 @@ class Store:
             )
 
     def record_call(self, row: ToolCallRow) -> None:
-        """Insert one call and touch its episode in one transaction: both land or neither does."""
-        with self.sessions.begin() as session:
-            session.add(row)
-            session.execute(
-                update(EpisodeRow)
-                .where(EpisodeRow.id == row.episode_id)
-                .values(num_calls=EpisodeRow.num_calls + 1, last_activity_at=row.created_at)
+        """Insert one call and touch its episode in one transaction: both land or neither does.
+
+        Core statements on a plain connection: this runs once per tool call, and the ORM's unit of
+        work costs ~2.5x the CPU here for no benefit.
+        """
+        values = {column: getattr(row, column) for column in _CALL_COLUMNS}
+        episodes = EpisodeRow.__table__
+        with self.engine.begin() as connection:
+            connection.execute(ToolCallRow.__table__.insert(), values)
+            connection.execute(
+                episodes.update()
+                .where(episodes.c.id == row.episode_id)
+                .values(num_calls=episodes.c.num_calls + 1, last_activity_at=row.created_at)
             )
 
     def end_episode(

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Query
+from fastapi.responses import JSONResponse
 
 from rlguard.gateway.deps import GatewayState, require_admin, require_episode_access, state
 from rlguard.gateway.schemas import (
@@ -74,18 +75,22 @@ async def create_episode(
 @router.post(
     "/episodes/{episode_id}/calls",
     dependencies=[Depends(require_episode_access)],
+    response_model=ToolAnswerBody,
     responses={**_AUTH, **_404, **_409},
 )
 async def call_tool(
     episode_id: str, call: Annotated[CallRequest, Body()], gw: GatewayState = Depends(state)
-) -> ToolAnswerBody:
+) -> JSONResponse:
+    """The hot path: the answer is serialised once, directly (same bytes for real and decoy)."""
     try:
         answer = await gw.episodes.call(episode_id, call)
     except EpisodeNotFound as exc:
         raise _not_found(episode_id) from exc
     except EpisodeNotRunning as exc:
         raise HTTPException(409, str(exc)) from exc
-    return ToolAnswerBody(output=answer.output, exit_code=answer.exit_code, truncated=answer.truncated)
+    return JSONResponse(
+        {"output": answer.output, "exit_code": answer.exit_code, "truncated": answer.truncated}
+    )
 
 
 @router.post(

@@ -262,7 +262,8 @@ class EpisodeService:
             live.last_activity = time.monotonic()
             live.recent.append(f"{request.tool}: {decision.normalized}"[:RECENT_TURN_CHARS])
         self._observe(request.tool, decision, total_ms)
-        log.info(
+        log.log(
+            logging.DEBUG if row.action == Action.ALLOW.value else logging.INFO,
             "tool call",
             extra={
                 "episode_id": episode_id,
