@@ -219,6 +219,10 @@ _BUILTIN_NAMES = (
     "exec",
     "eval",
     "compile",
+    "AssertionError",
+    "Exception",
+    "BaseException",
+    "SystemExit",
 )
 _TIME_NAMES = (
     "time",
