@@ -518,7 +518,21 @@ class DockerBackend(SandboxBackend):
         import docker.errors
 
         started = time.monotonic()
-        argv = ["timeout", "-k", "2", f"{timeout:g}", "/bin/sh", "-c", command]
+        # Docker keeps stdout and stderr apart; one pipe for both (``2>&1`` before anything runs)
+        # keeps their order, as on the fast path.
+        argv = [
+            "/bin/sh",
+            "-c",
+            'exec "$@" 2>&1',
+            "sh",
+            "timeout",
+            "-k",
+            "2",
+            f"{timeout:g}",
+            "/bin/sh",
+            "-c",
+            command,
+        ]
         try:
             output, truncated, exit_code = await asyncio.wait_for(
                 self.call(self._docker_exec_blocking, sandbox.id, argv, cap), timeout + RUNNER_GRACE_S
