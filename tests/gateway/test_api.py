@@ -181,3 +181,33 @@ def test_metrics_count_calls_by_action_and_category(gateway: Gateway, episode) -
     assert 'rlguard_tool_calls_total{action="decoy",category="answer_fetch",tool="bash"}' in text
     assert "rlguard_tool_call_seconds_bucket" in text
     assert "rlguard_live_sandboxes" in text and "rlguard_judge_errors_total" in text
+
+
+def test_audit_intercepts_filters_and_pages(gateway: Gateway) -> None:
+    ep = gateway.new_episode(policy_version="v-audit")
+    ep.call("bash", command="echo ok")
+    for i in range(3):
+        ep.call("bash", command=f"curl -s https://github.com/acme/x{i}/raw/main/solution.py")
+    ep.call("read_file", path="/reference/solution.py")
+    with gateway.admin() as admin:
+
+        def page(**params) -> dict:
+            response = admin.get("/v1/audit/intercepts", params={"episode_id": ep.id, **params})
+            assert response.status_code == 200, response.text
+            return response.json()
+
+        everything = page()
+        assert len(everything["items"]) == 4 and everything["next_offset"] is None
+        assert [i["seq"] for i in everything["items"]] == [4, 3, 2, 1]  # newest first
+        assert {i["category"] for i in page(category="answer_fetch")["items"]} == {"answer_fetch"}
+        assert len(page(category="hidden_test_access")["items"]) == 1
+        assert len(page(stage="rules")["items"]) == 4 and page(stage="judge")["items"] == []
+        assert len(page(policy_version="v-audit")["items"]) == 4
+        assert page(policy_version="other")["items"] == []
+        assert page(since="2999-01-01T00:00:00")["items"] == []
+        first = page(limit=3)
+        assert len(first["items"]) == 3 and first["next_offset"] == 3
+        rest = page(limit=3, offset=first["next_offset"])
+        assert [i["seq"] for i in rest["items"]] == [1] and rest["next_offset"] is None
+        assert admin.get("/v1/audit/intercepts", params={"limit": 0}).status_code == 422
+        assert admin.get("/v1/audit/intercepts", params={"since": "yesterday"}).status_code == 422
