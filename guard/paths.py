@@ -22,6 +22,7 @@ from fnmatch import fnmatchcase
 
 WORKSPACE = "/workspace"
 _GLOB_CHARS = re.compile(r"[*?\[]")
+_NEEDS_FOLDING = re.compile(r"//|/\.{1,2}(/|$)|/$")
 
 
 def absolute(path: str, cwd: str = WORKSPACE) -> str:
@@ -29,7 +30,9 @@ def absolute(path: str, cwd: str = WORKSPACE) -> str:
     if path.startswith("~"):
         path = "/root" + path[1:]
     if not path.startswith("/"):
-        path = posixpath.join(cwd or WORKSPACE, path)
+        path = f"{cwd or WORKSPACE}/{path}"
+    if not _NEEDS_FOLDING.search(path):
+        return path  # already canonical: the common case, without normpath's cost
     folded = posixpath.normpath(path)
     return "/" + folded.lstrip("/") if folded.startswith("//") else folded
 

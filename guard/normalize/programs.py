@@ -7,7 +7,6 @@ reaches ``curl x``. Tables, not code paths, so a new wrapper is one line.
 
 from __future__ import annotations
 
-import posixpath
 import re
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -335,7 +334,7 @@ KNOWN_PROGRAMS: tuple[str, ...] = tuple(
 
 def program_name(word: str) -> str:
     """``/usr/bin/curl`` → ``curl``; a program word is matched by its last path component."""
-    return posixpath.basename(word.rstrip("/")) or word
+    return word.rstrip("/").rsplit("/", 1)[-1] or word
 
 
 def expand_program_glob(name: str, limit: int = 8) -> list[str]:

@@ -43,6 +43,8 @@ _DEFAULT_VARS = {"HOME": "/root", "USER": "root", "SHELL": "/bin/bash", "PWD": W
 _SPLIT_KINDS = frozenset({"simple_expansion", "expansion", "command_substitution"})
 _QUOTED_KINDS = frozenset({"string", "raw_string", "ansi_c_string"})
 _PATTERN_FIRST = frozenset({"sed", "grep", "egrep", "fgrep", "rg", "ag", "ack", "awk", "gawk", "jq"})
+_WHITESPACE = re.compile(r"\s")
+_GLOB = re.compile(r"[*?\[]")
 _STATIC_BASENAME = re.compile(r"/[A-Za-z0-9_.+-]+$")
 _WRITE_OPS = frozenset({">", ">>", ">|", "&>", "&>>"})
 _NULL_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "-"})
@@ -391,7 +393,7 @@ class ShellWalker:
     def words(self, node: Node, level: int) -> tuple[list[str], bool]:
         """A word node as argv entries: unquoted expansions split on whitespace like the shell."""
         text, dynamic = self.word(node, level)
-        if dynamic or not any(ch in text for ch in " \t\n"):
+        if dynamic or not _WHITESPACE.search(text):
             return [text], dynamic
         kinds = {c.type for c in node.children} if node.type == "concatenation" else {node.type}
         if kinds & _SPLIT_KINDS and not kinds & _QUOTED_KINDS:
@@ -459,7 +461,7 @@ class ShellWalker:
             raise Unparseable("too many commands")
         word = argv[0]
         name = programs.program_name(word)
-        if any(ch in name for ch in "*?[") and (matches := programs.expand_program_glob(name)):
+        if _GLOB.search(name) and (matches := programs.expand_program_glob(name)):
             out = None
             for candidate in matches:
                 out = self.dispatch([candidate, *argv[1:]], stdin, level, source)
@@ -533,7 +535,7 @@ class ShellWalker:
                 value = arg.split("=", 1)[1]
             elif "=" in arg and name in ("dd",):
                 value = arg.split("=", 1)[1]
-            if not value or "://" in value or len(value) > 4096 or any(ch.isspace() for ch in value):
+            if not value or "://" in value or len(value) > 4096 or _WHITESPACE.search(value):
                 continue
             if "/" in value or value.startswith((".", "~")) or self.cwd != WORKSPACE:
                 self.f.add_path(value, self.cwd)
