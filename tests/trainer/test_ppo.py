@@ -129,3 +129,17 @@ def test_critic_values_are_aligned_to_the_state_before_each_token(tiny_model_dir
     torch.testing.assert_close(values[0, 3], prefix_final[0])
     torch.testing.assert_close(values[0, :3], prefix_values[0])
     assert values[0, 0] == 0 and final.shape == (1,)
+
+
+def test_gradient_checkpointing_changes_memory_not_the_update(tiny_model_dir) -> None:
+    batch_seed = 7
+    results = []
+    for checkpointing in (False, True):
+        settings = fast_settings(gradient_checkpointing=checkpointing, ppo_epochs=1)
+        trainer = PPOTrainer.from_pretrained(tiny_model_dir, settings, init_runtime(device="cpu"))
+        assert trainer.actor.is_gradient_checkpointing == checkpointing
+        assert trainer.critic.backbone.is_gradient_checkpointing == checkpointing
+        trainer.train_step(two_part_episodes(trainer.actor, 4, seed=batch_seed))
+        results.append([p.detach().clone() for p in trainer.actor.parameters()])
+    for plain, checkpointed in zip(*results, strict=True):
+        torch.testing.assert_close(plain, checkpointed)
