@@ -123,3 +123,24 @@ def test_disguised_near_miss_still_passes(argv: list[str], spec: tuple) -> None:
     result = ENGINE.evaluate(ToolCall("bash", {"command": command}))
     assert result.normalized.parse_error is None, command
     assert result.match is None or result.match.action == "flag", (command, result.match)
+
+
+shellish = st.text(
+    alphabet=st.sampled_from(list("abcurl /-'\"\\$(){}[]|&;<>`*?!#=~.\n\t01xX,^%:@+")), max_size=120
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shellish)
+def test_any_command_text_gets_an_answer_never_an_exception(command: str) -> None:
+    result = ENGINE.evaluate(ToolCall("bash", {"command": command}))
+    assert result.normalized.text.startswith("tool: bash")
+    if result.normalized.parse_error is not None:
+        assert result.match is not None and result.match.action == "escalate"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(max_size=300), st.sampled_from(["a.py", "conftest.py", "x.pth", "run.sh", "pytest.ini", "n.txt"]))
+def test_any_written_content_gets_an_answer_never_an_exception(content: str, name: str) -> None:
+    result = ENGINE.evaluate(ToolCall("write_file", {"path": f"/workspace/{name}", "content": content}))
+    assert f"write:/workspace/{name}" in result.normalized.facts or result.normalized.parse_error
