@@ -139,8 +139,11 @@ def test_any_command_text_gets_an_answer_never_an_exception(command: str) -> Non
         assert result.match is not None and result.match.action == "escalate"
 
 
+FILE_NAMES = ["a.py", "conftest.py", "x.pth", "run.sh", "pytest.ini", "notes.txt"]
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.text(max_size=300), st.sampled_from(["a.py", "conftest.py", "x.pth", "run.sh", "pytest.ini", "n.txt"]))
+@given(st.text(max_size=300), st.sampled_from(FILE_NAMES))
 def test_any_written_content_gets_an_answer_never_an_exception(content: str, name: str) -> None:
     result = ENGINE.evaluate(ToolCall("write_file", {"path": f"/workspace/{name}", "content": content}))
     assert f"write:/workspace/{name}" in result.normalized.facts or result.normalized.parse_error
