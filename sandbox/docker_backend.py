@@ -131,6 +131,7 @@ class DockerSandbox(Sandbox):
         self._runner: AttachedExec | None = None
         self._fast = backend.fast_path
         self._destroyed = False
+        self._abandoned = False
 
     @property
     def limits(self) -> SandboxLimits:
@@ -204,12 +205,24 @@ class DockerSandbox(Sandbox):
         """Send one request through the runner (starting it if needed); raise on refusal."""
         if self._destroyed:
             raise SandboxError("sandbox was destroyed")
+        if self._abandoned:
+            self._abandoned = False
+            await self._reset_runner()
         if self._runner is None:
             self._runner = await self._start_runner()
         try:
             reply = await self._roundtrip(self._runner, request, timeout, max_line)
         except (ChannelClosed, TimeoutError):
             await self._reset_runner()
+            raise
+        except asyncio.CancelledError:
+            # The caller gave up mid-request: the answer would arrive late and confuse the next
+            # request, and the command may still run. Drop the runner now (no await while being
+            # cancelled) and kill what is left before the next request starts a new one.
+            if self._runner is not None:
+                self._runner.close()
+                self._runner = None
+            self._abandoned = True
             raise
         if not reply["ok"]:
             kind, message = reply.get("kind"), str(reply.get("message", "refused"))[:2000]
@@ -234,6 +247,15 @@ class DockerSandbox(Sandbox):
                     )
                 )["Id"],
             )
+
+    async def warm_up(self) -> None:
+        """Start the runner now rather than on first use (or learn that the image has no python3)."""
+        async with self._lock:
+            if self._fast and self._runner is None and not self._destroyed:
+                try:
+                    self._runner = await self._start_runner()
+                except _NoInterpreter:
+                    self._fast = False
 
     # -- operations ------------------------------------------------------------------------------
 
@@ -431,10 +453,7 @@ class DockerBackend(SandboxBackend):
         archive = await asyncio.to_thread(workspace_archive, spec.workspace, spec.limits.transfer_max_bytes)
         sandbox = await self.start_container(spec)
         try:
-            if self.fast_path:
-                await sandbox.exec(
-                    "true", timeout_s=CONTROL_TIMEOUT_S
-                )  # start the runner now, not on first use
+            await sandbox.warm_up()
             if archive:
                 await self.load_archive(sandbox, archive)
         except BaseException:

@@ -93,7 +93,7 @@ class WarmPool:
     async def _start_one(self, template: SandboxSpec) -> DockerSandbox:
         sandbox = await self.backend.start_container(template, pooled=True)
         try:
-            await sandbox.exec("true", timeout_s=60)  # bring the runner up now
+            await sandbox.warm_up()
         except BaseException:
             await sandbox.destroy()
             raise

@@ -81,3 +81,24 @@ async def test_command_quoting_is_passed_through_unchanged(shared: DockerSandbox
 async def test_non_utf8_output_is_replaced_not_fatal(shared: DockerSandbox) -> None:
     result = await shared.exec("printf 'ok\\xff\\xfe\\n'")
     assert result.output.startswith("ok") and result.exit_code == 0
+
+
+async def test_cancelled_call_leaves_no_process_and_no_stale_answer(sandbox: DockerSandbox) -> None:
+    task = asyncio.create_task(sandbox.exec("echo started > /tmp/mark; sleep 120", timeout_s=200))
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        if (await _peek(sandbox)) == "started":
+            break
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    after = await sandbox.exec("echo next; ps -eo args | grep -c '^sleep 120' || true")
+    assert after.output == "next\n0\n"
+
+
+async def _peek(sandbox: DockerSandbox) -> str:
+    # Read the marker without going through the (busy) runner: a plain docker exec.
+    backend = sandbox._backend
+    container = await backend.call(backend.client.containers.get, sandbox.id)
+    result = await backend.call(container.exec_run, ["cat", "/tmp/mark"], user="1000")
+    return result.output.decode().strip()
