@@ -86,15 +86,18 @@ class Store:
     def upsert_task(
         self, task_id: str, suite: str, instructions: str, image: str, details: dict[str, Any]
     ) -> None:
-        """Record the task snapshot an episode runs (first write wins, later ones refresh it)."""
-        with self.sessions.begin() as session:
-            row = session.get(TaskRow, task_id)
-            if row is None:
-                session.add(
-                    TaskRow(id=task_id, suite=suite, instructions=instructions, image=image, details=details)
-                )
-            else:
-                row.instructions, row.image, row.details = instructions, image, details
+        """Record the snapshot of a task an episode runs (refreshed when the task changed)."""
+        values = {"instructions": instructions, "image": image, "details": details}
+        try:
+            with self.sessions.begin() as session:
+                row = session.get(TaskRow, task_id)
+                if row is None:
+                    session.add(TaskRow(id=task_id, suite=suite, **values))
+                else:
+                    session.execute(update(TaskRow).where(TaskRow.id == task_id).values(**values))
+        except IntegrityError:  # a concurrent first episode of this task inserted it: refresh it
+            with self.sessions.begin() as session:
+                session.execute(update(TaskRow).where(TaskRow.id == task_id).values(**values))
 
     def create_episode(self, row: EpisodeRow) -> None:
         with self.sessions.begin() as session:

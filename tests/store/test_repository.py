@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import numpy as np
@@ -195,3 +196,22 @@ def test_export_rows_layout(store: Store) -> None:
         "intercepts": 1,
         "status": "finished",
     }
+
+
+def test_concurrent_first_upserts_of_a_task_all_succeed(store: Store) -> None:
+    barrier = threading.Barrier(6)
+    errors: list[BaseException] = []
+
+    def upsert(i: int) -> None:
+        barrier.wait()
+        try:
+            store.upsert_task("race/t", "race", f"v{i}", "img", {"i": i})
+        except BaseException as exc:  # pragma: no cover - the failure this test looks for
+            errors.append(exc)
+
+    threads = [threading.Thread(target=upsert, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []

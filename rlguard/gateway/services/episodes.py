@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from guard.types import Action, GuardContext, GuardDecision, ToolAnswer, ToolCall
+from guard.types import Action, Category, GuardContext, GuardDecision, Stage, ToolAnswer, ToolCall, Verdict
 from rlguard.gateway.auth import hash_token, hashes_equal, new_token
 from rlguard.gateway.dbrunner import DbRunner
 from rlguard.gateway.metrics import GatewayMetrics
@@ -217,7 +217,7 @@ class EpisodeService:
                 recent_turns=tuple(live.recent),
                 protected_paths=live.task.protected_paths,
             )
-            decision = await self.guard.check(call, context, probe=self._probe(live))
+            decision = await self._check(call, context, live)
             guard_ms = (time.perf_counter() - start) * 1000
             verdict = decision.verdict
             if verdict.action == Action.DECOY:
@@ -275,6 +275,21 @@ class EpisodeService:
             },
         )
         return answer
+
+    async def _check(self, call: ToolCall, context: GuardContext, live: LiveEpisode) -> GuardDecision:
+        """The guard's decision; should the guard itself fail, fail closed (nothing runs)."""
+        try:
+            return await self.guard.check(call, context, probe=self._probe(live))
+        except Exception as exc:
+            log.exception("guard failed; the call is not run", extra={"episode_id": live.id})
+            verdict = Verdict(
+                Action.DECOY,
+                Stage.RULES,
+                rule_id="guard_error",
+                category=Category.UNPARSEABLE.value,
+                reason=f"guard raised {type(exc).__name__}: {exc}"[:500],
+            )
+            return GuardDecision(verdict, normalized="", decoy=ToolAnswer("", 1, False))
 
     @staticmethod
     def _probe(live: LiveEpisode) -> Probe:
