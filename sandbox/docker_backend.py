@@ -61,6 +61,7 @@ RUNNER_LAUNCHERS = (
 )
 RUNNER_GRACE_S = 5.0
 CONTROL_TIMEOUT_S = 60.0
+MAX_COMMAND_CHARS = 100_000  # one argv string may not exceed 128 KiB (MAX_ARG_STRLEN)
 RUNNER_KILLED_NOTE = "[rlguard: the sandbox's command runner was killed; this command's result is lost]"
 
 
@@ -265,6 +266,10 @@ class DockerSandbox(Sandbox):
             raise SandboxError(f"timeout must be in (0, 86400] seconds, got {timeout_s!r}")
         if not isinstance(command, str) or "\0" in command:
             raise SandboxError("command must be a string without NUL bytes")
+        if len(command) > MAX_COMMAND_CHARS:
+            raise SandboxError(
+                f"command of {len(command)} characters exceeds {MAX_COMMAND_CHARS} (the kernel's limit)"
+            )
         cap = self.limits.output_cap_bytes
         async with self._lock:
             if not self._fast:
@@ -348,7 +353,10 @@ class _NoInterpreter(SandboxError):
 def _b64(value: Any, limit: int) -> bytes:
     if not isinstance(value, str):
         raise SandboxError("sandbox runner sent malformed data")
-    data = base64.b64decode(value)
+    try:
+        data = base64.b64decode(value, validate=True)
+    except ValueError as exc:
+        raise SandboxError("sandbox runner sent malformed data") from exc
     if len(data) > limit:
         raise SandboxError("sandbox runner sent more data than allowed")
     return data

@@ -395,7 +395,8 @@ def list_dir(request):
                     kind = "file"
                 else:
                     kind = "other"
-                entries.append([entry.name, kind, info.st_size])
+                name = entry.name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+                entries.append([name, kind, info.st_size])
                 if len(entries) >= MAX_LIST_ENTRIES:
                     break
     except FileNotFoundError:

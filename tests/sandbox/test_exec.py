@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from sandbox.base import SandboxError
 from sandbox.docker_backend import DockerSandbox
 
 pytestmark = pytest.mark.docker
@@ -102,3 +103,11 @@ async def _peek(sandbox: DockerSandbox) -> str:
     container = await backend.call(backend.client.containers.get, sandbox.id)
     result = await backend.call(container.exec_run, ["cat", "/tmp/mark"], user="1000")
     return result.output.decode().strip()
+
+
+async def test_oversized_and_nul_commands_are_refused_clearly(shared: DockerSandbox) -> None:
+    with pytest.raises(SandboxError, match="exceeds"):
+        await shared.exec("echo " + "x" * 200_000)
+    with pytest.raises(SandboxError, match="NUL"):
+        await shared.exec("echo a\0b")
+    assert (await shared.exec("echo " + "y" * 60_000 + " | wc -c")).output == "60001\n"

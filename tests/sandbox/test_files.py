@@ -120,3 +120,10 @@ async def test_workspace_from_tar_bytes_and_size_limit(backend: DockerBackend, s
     )
     with pytest.raises(SandboxError, match="over the 1024-byte limit"):
         await backend.create(too_big)
+
+
+async def test_undecodable_file_names_are_listed_readably(shared: DockerSandbox) -> None:
+    await shared.exec("mkdir -p odd && touch odd/$'caf\\xe9.txt'")
+    (entry,) = await shared.list_dir("odd")
+    assert entry.name == "caf\ufffd.txt"
+    entry.name.encode("utf-8")  # safe to put in an HTTP answer
