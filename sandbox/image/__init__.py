@@ -15,8 +15,11 @@ registry mirror configured, otherwise the offline builder runs.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -93,8 +96,22 @@ def ensure_image(
         raise RlguardError(
             f"sandbox image {image!r} is not present in the Docker engine; pull or build it first"
         )
-    build_image(client, mode=mode, log=log)
+    # Set-up and several test sessions may all find the image missing: one builds, the rest wait.
+    with _build_lock():
+        if not image_exists(client, image):
+            build_image(client, mode=mode, log=log)
     return image
+
+
+@contextlib.contextmanager
+def _build_lock() -> Iterator[None]:
+    path = Path(tempfile.gettempdir()) / "rlguard-image-build.lock"
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _registry_usable(client: docker.DockerClient) -> bool:

@@ -1,10 +1,9 @@
 """Fixtures for the sandbox tests: the real image, one backend per session, fresh sandboxes.
 
-Every test here runs against the real Docker engine. The backend gets a unique instance name so
-its gc never touches containers of other test areas or of a running gateway.
+Every test here runs against the real Docker engine. The backend has its own instance name, so its
+gc never touches containers of other test areas or of a running gateway.
 """
 
-import uuid
 from collections.abc import AsyncIterator
 
 import docker
@@ -33,7 +32,8 @@ def sandbox_image(docker_client: docker.DockerClient) -> str:
 
 @pytest.fixture(scope="session")
 def instance() -> str:
-    return f"test-sandbox-{uuid.uuid4().hex[:8]}"
+    """A fixed name: a later session's gc removes what a killed session left (owners are checked)."""
+    return "test-sandbox"
 
 
 @pytest.fixture(scope="session")
