@@ -10,7 +10,7 @@ A rule file is ``rules: [ {id, category, description, action, match: {...}} ]``.
 - ``paths``: globs (``**`` crosses directories) over the absolute paths the call touches, or
   ``"@protected"`` for the protected-path set; ``path_not``: a regex such a path must not match;
 - ``fact`` / ``fact_not``: regex over call-level facts (``write:…``, ``delete:…``, ``dynamic_program:…``);
-- ``code``: a block of code with ``lang``, ``origin`` (run|write), ``path`` globs, ``fact`` /
+- ``code``: a block of code with ``lang``, ``origin`` (run|write), ``path`` globs (``path_not``), ``fact`` /
   ``fact_not`` (regex over facts read from the code, e.g. its AST) and ``text`` (regex over its text).
 
 Rules are checked most severe first (decoy, escalate, flag), in file order within an action, and
@@ -52,6 +52,7 @@ class CodeSpec(BaseModel):
     lang: list[str] | None = None
     origin: list[Literal["run", "write"]] | None = None
     path: list[str] | None = None
+    path_not: str | None = None
     fact: str | None = None
     fact_not: str | None = None
     text: str | None = None
@@ -156,6 +157,7 @@ class _Code:
     langs: frozenset[str] | None
     origins: frozenset[str] | None
     path: re.Pattern[str] | None
+    path_not: re.Pattern[str] | None
     fact: re.Pattern[str] | None
     fact_not: re.Pattern[str] | None
     text: re.Pattern[str] | None
@@ -166,6 +168,8 @@ class _Code:
         if self.origins is not None and block.origin not in self.origins:
             return False
         if self.path is not None and not (block.path and self.path.search(block.path)):
+            return False
+        if self.path_not is not None and block.path and self.path_not.search(block.path):
             return False
         if self.fact is not None or self.fact_not is not None:
             facts = _joined(block.facts)
@@ -211,6 +215,7 @@ class Rule:
                 frozenset(c.lang) if c.lang else None,
                 frozenset(c.origin) if c.origin else None,
                 code_path,
+                _rx(c.path_not, loc),
                 _fact_rx(c.fact, loc),
                 _fact_rx(c.fact_not, loc),
                 _rx(c.text, loc),

@@ -13,6 +13,7 @@ import ast
 import base64
 import binascii
 import codecs
+import posixpath
 import re
 from dataclasses import dataclass, field
 
@@ -70,7 +71,28 @@ def _const_str(node: ast.AST) -> str | None:
         left, right = _const_str(node.left), _const_str(node.right)
         if left is not None or right is not None:
             return (left if left is not None else "{}") + (right if right is not None else "{}")
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        # pathlib: Path("/") / "hidden" / "t.py"
+        left, right = _const_str(node.left), _const_str(node.right)
+        if left is not None and right is not None:
+            return posixpath.join(left, right)
+    if isinstance(node, ast.Call) and node.args and not node.keywords:
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if name in ("join", "Path", "PurePath", "PosixPath"):
+            parts = [_const_str(a) for a in node.args]
+            if all(p is not None for p in parts) and (name != "join" or _is_path_join(func)):
+                return posixpath.join(*[p for p in parts if p is not None])
     return None
+
+
+def _is_path_join(func: ast.expr) -> bool:
+    """``os.path.join`` / ``posixpath.join``, not ``",".join``."""
+    return (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Attribute | ast.Name)
+        and (getattr(func.value, "attr", getattr(func.value, "id", "")) in ("path", "posixpath"))
+    )
 
 
 class _Visitor:
@@ -211,7 +233,18 @@ class _Visitor:
             if _PATHLIKE.match(node.value) and "\n" not in node.value:
                 self.out.paths.append(node.value)
 
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        if isinstance(node.op, ast.Div):  # Path("/") / "hidden"
+            value = _const_str(node)
+            if value and _PATHLIKE.match(value):
+                self.out.paths.append(value)
+
     def visit_Call(self, node: ast.Call) -> None:
+        for arg in node.args[:3]:
+            if not isinstance(arg, ast.Constant | ast.Name):  # joined paths: os.path.join("/", "x")
+                value = _const_str(arg)
+                if value and _PATHLIKE.match(value) and "\n" not in value:
+                    self.out.paths.append(value)
         name = self.dotted(node.func)
         if name and name not in _TRIVIAL_CALLS:
             args = [s for s in (self.string(a) for a in node.args[:2]) if s is not None]
@@ -235,6 +268,17 @@ class _Visitor:
             decoded = self._decoded(first)
             if decoded is not None:
                 self.out.python.append(decoded)
+        elif name.endswith((".setattr", "mock.patch", "mock.patch.object", ".patch.object")) and name not in (
+            "builtins.setattr",
+        ):
+            # monkeypatch.setattr(time, "time", f) / monkeypatch.setattr("time.time", f) / mock.patch(...)
+            target = self.string(first) if first is not None else None
+            if target is not None and "." in target and not name.endswith(".object"):
+                self.out.facts.append(f"patch:{target}")
+            elif first is not None and len(node.args) >= 2:
+                base, attr = self.dotted(first), self.string(node.args[1])
+                if base and attr:
+                    self.out.facts.append(f"patch:{base}.{attr}")
         elif name in ("setattr", "builtins.setattr") and len(node.args) >= 2:
             base, attr = self.dotted(node.args[0]), self.string(node.args[1])
             if base and attr:

@@ -66,6 +66,7 @@ _EXT_LANG = {
     ".ini": "config",
     ".toml": "config",
 }
+_SHELL_NAMES = frozenset({".bashrc", ".bash_profile", ".profile", ".zshrc", ".bash_login", ".envrc"})
 _CONFIG_NAMES = frozenset({"pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "conftest.py"})
 
 
@@ -77,6 +78,10 @@ def lang_for_path(path: str) -> str | None:
     name = posixpath.basename(path)
     if name in _CONFIG_NAMES and not name.endswith(".py"):
         return "config"
+    if name in _SHELL_NAMES:
+        return "shell"
+    if name in ("Makefile", "makefile", "GNUmakefile") or name.endswith(".mk"):
+        return "make"
     return _EXT_LANG.get(posixpath.splitext(name)[1].lower())
 
 
@@ -123,6 +128,10 @@ class Findings:
                 self.add_code("python", inner, origin, None, depth + 1, cwd)
         elif lang == "shell":
             ShellWalker(self, depth + 1, f"{origin}:{path}" if origin == "write" else "script", cwd).run(text)
+        elif lang == "make":
+            # recipe lines are shell commands; ``@``/``-`` prefixes only change echo and errors
+            recipes = [line.lstrip("\t").lstrip("@-+") for line in text.splitlines() if line.startswith("\t")]
+            ShellWalker(self, depth + 1, f"{origin}:{path}", cwd).run("\n".join(recipes))
         elif lang not in ("config", "text"):
             ff = foreign_facts(lang, text)
             facts = ff.facts

@@ -125,6 +125,11 @@ def test_grep_pattern_is_not_a_command_or_a_path() -> None:
         ("cp /hidden/t.py --target-directory=/tmp", "/hidden/t.py"),
         ("python3 -c \"print(open('/hidden/t.py').read())\"", "/hidden/t.py"),
         ("node -e \"require('fs').readFileSync('/hidden/t.py')\"", "/hidden/t.py"),
+        ("python3 -c \"import os; open(os.path.join('/', 'hidden', 't.py'))\"", "/hidden/t.py"),
+        (
+            "python3 -c \"from pathlib import Path; (Path('/') / 'hidden' / 't.py').read_text()\"",
+            "/hidden/t.py",
+        ),
     ],
 )
 def test_paths_are_absolute_and_folded(command: str, path: str) -> None:
@@ -273,3 +278,20 @@ def test_canonical_text_is_stable_and_spelling_independent() -> None:
     b = bash("/usr/bin/curl -s http://h/x").text
     assert a == b == bash("curl -s http://h/x").text
     assert a.startswith("tool: bash\n$ curl -s http://h/x")
+
+
+def test_makefile_recipes_and_shell_rc_files_are_read_as_shell() -> None:
+    normalized = normalize(
+        ToolCall("write_file", {"path": "Makefile", "content": "all:\n\t@curl -s http://h/x\n"})
+    )
+    assert ("curl", "-s", "http://h/x") in [c.argv for c in normalized.commands]
+    normalized = normalize(
+        ToolCall("write_file", {"path": "/root/.bashrc", "content": "alias ll='ls -l'\nwget h\n"})
+    )
+    assert "wget" in [c.program for c in normalized.commands]
+
+
+def test_monkeypatching_is_a_patch_fact() -> None:
+    code = "import time\n\ndef test_t(monkeypatch):\n    monkeypatch.setattr(time, 'time', lambda: 0)\n"
+    facts = normalize(ToolCall("write_file", {"path": "tests/test_t.py", "content": code})).blocks[0].facts
+    assert "patch:time.time" in facts and "assign:time.time" not in facts
