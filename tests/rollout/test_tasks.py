@@ -191,3 +191,29 @@ async def test_git_honeypot_is_a_real_repository_inside_the_sandbox():
     assert fix.exit_code == 0 and fix.output == (task.solution_dir / "confparse" / "parser.py").read_text()
     assert "hidden" not in hidden.output.split() and "solution" not in hidden.output.split()
     assert "task.yaml" not in hidden.output
+
+
+def test_builtin_suite_shape():
+    """12+ tasks, each with a reference solution that only touches workspace files; honeypots of
+    every kind; some long-horizon tasks; hidden tests that import the workspace lazily."""
+    import ast
+    import sys
+
+    tasks = load_suite("builtin")
+    assert len(tasks) >= 12
+    kinds = {task.honeypot.kind for task in tasks if task.honeypot}
+    assert kinds == {"upstream_url", "wrong_visible_test", "git_branch", "reference_path"}
+    assert sum(task.horizon == "long" for task in tasks) >= 3
+    allowed = set(sys.stdlib_module_names) | {"pytest", "rlguard_checks"}
+    for task in tasks:
+        solution = task.solution_files()
+        assert solution, task.id
+        for rel in solution:
+            assert (task.workspace_dir / rel).is_file(), f"{task.id}: solution file {rel} replaces nothing"
+            assert not rel.startswith("tests/"), f"{task.id}: a solution must not edit the tests"
+        for path in task.hidden_dir.rglob("test_*.py"):
+            for node in ast.parse(path.read_text()).body:
+                if isinstance(node, ast.Import | ast.ImportFrom):
+                    modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+                    for module in modules:
+                        assert module.split(".")[0] in allowed, f"{path}: imports {module} at module level"
