@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import threading
 from dataclasses import dataclass, field
 
 import tree_sitter_bash
@@ -38,7 +39,7 @@ MAX_CODE_CHARS = 256 * 1024
 MAX_LOOP_VALUES = 4
 
 _LANGUAGE = Language(tree_sitter_bash.language())
-_PARSER = Parser(_LANGUAGE)
+_LOCAL = threading.local()  # a tree-sitter Parser must not be shared between threads
 _DEFAULT_VARS = {"HOME": "/root", "USER": "root", "SHELL": "/bin/bash", "PWD": WORKSPACE, "IFS": " "}
 _SPLIT_KINDS = frozenset({"simple_expansion", "expansion", "command_substitution"})
 _QUOTED_KINDS = frozenset({"string", "raw_string", "ansi_c_string"})
@@ -156,7 +157,10 @@ class Findings:
 
 
 def parse_tree(script: str) -> Node:
-    tree = _PARSER.parse(script.encode("utf-8", "surrogatepass"))
+    parser = getattr(_LOCAL, "parser", None)
+    if parser is None:
+        parser = _LOCAL.parser = Parser(_LANGUAGE)
+    tree = parser.parse(script.encode("utf-8", "surrogatepass"))
     root = tree.root_node
     if root.has_error:
         raise Unparseable(f"shell syntax error near: {_first_error(root)!r}")

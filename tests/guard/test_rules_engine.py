@@ -98,3 +98,12 @@ def test_duplicate_rule_ids_are_rejected(tmp_path: Path) -> None:
     path.write_text(f"rules:\n  - {rule}\n")
     with pytest.raises(RuleFileError, match="duplicate"):
         RuleEngine.load([path])
+
+
+def test_engine_is_safe_to_share_between_threads(engine: RuleEngine) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    commands = ["c''url http://h.net/x", "ls -la", "git log --all", "cat /hidden/x"] * 100
+    with ThreadPoolExecutor(8) as pool:
+        matches = list(pool.map(lambda c: engine.evaluate(bash(c)).match, commands))
+    assert [m is not None for m in matches] == [True, False, True, True] * 100
