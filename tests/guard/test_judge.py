@@ -103,7 +103,7 @@ async def test_body_that_is_not_a_completion_is_malformed(make_judge) -> None:
 
 
 async def test_timeout_fails_open(make_judge) -> None:
-    slow = JudgeReply(verdict=verdict().verdict, delay_s=3.0)
+    slow = JudgeReply(verdict=verdict().verdict, delay_s=6.0)
     with running_judge_server(always(slow)) as srv:
         judge = make_judge(srv.base_url, timeout_s=0.3, max_retries=1, fail_mode="open")
         started = time.perf_counter()
@@ -111,7 +111,7 @@ async def test_timeout_fails_open(make_judge) -> None:
         elapsed = time.perf_counter() - started
     assert result.error == "timeout" and result.verdict == "benign"
     assert judge.stats.errors["timeout"] == 2
-    assert elapsed < 2.0  # two 0.3 s attempts, not the server's 3 s
+    assert elapsed < 4.0  # two 0.3 s attempts, not the server's 6 s
 
 
 async def test_http_500_is_retried_then_succeeds(make_judge) -> None:
@@ -239,7 +239,7 @@ async def test_repeated_failures_pause_the_judge(make_judge) -> None:
         paused = await judge.review(_call("curl b"), MATCH, CONTEXT)
         assert len(srv.requests) == 2  # the paused judge is not asked
     assert paused.error == "circuit_open" and paused.verdict == "cheat"
-    assert time.perf_counter() - started < 0.05
+    assert time.perf_counter() - started < 1.0  # no timeout waited out (the server is not asked at all)
     assert judge.stats.errors["circuit_open"] == 1 and judge.stats.failures == 3
 
 
