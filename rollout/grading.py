@@ -218,6 +218,14 @@ def _zero(task: Task, total: int, reason: str, **details: Any) -> GradeResult:
 
 def score(task: Task, expected: list[str], result: dict[str, Any] | None, output: str = "") -> GradeResult:
     """Reward from the runner's result, trusting a test's pass only when every source agrees."""
+    try:
+        return _score(task, expected, result, output)
+    except (TypeError, ValueError, AttributeError, IndexError, KeyError) as exc:
+        # The event stream passes through a pipe workspace code can write to: garbage scores zero.
+        return _zero(task, len(expected), "malformed grader result", error=f"{type(exc).__name__}: {exc}")
+
+
+def _score(task: Task, expected: list[str], result: dict[str, Any] | None, output: str) -> GradeResult:
     total = len(expected)
     if result is None:
         return _zero(task, total, "grader produced no result", output_tail=output[-2000:])
@@ -354,10 +362,14 @@ async def _run_in(sandbox: Any, task: Task, bundle: bytes, timings: dict[str, fl
     timings["unpack_s"] = round(unpack.duration_ms / 1000, 3)
     if unpack.exit_code != 0:
         raise SandboxError(f"could not unpack the grader in the grading sandbox: {unpack.output[-500:]}")
-    run = await sandbox.exec(
-        f"exec python3 -I -B {GRADER_ROOT}/runner.py parent {GRADER_ROOT}/config.json",
-        timeout_s=task.grading.timeout_s + _HOST_TIMEOUT_MARGIN_S,
-    )
+    try:
+        run = await sandbox.exec(
+            f"exec python3 -I -B {GRADER_ROOT}/runner.py parent {GRADER_ROOT}/config.json",
+            timeout_s=task.grading.timeout_s + _HOST_TIMEOUT_MARGIN_S,
+        )
+    except SandboxError as exc:
+        # Workspace code runs from here on and can break the sandbox's command channel: its fault.
+        return f"grader run failed: {exc}"
     timings["run_s"] = round(run.duration_ms / 1000, 3)
     if run.timed_out:
         return None

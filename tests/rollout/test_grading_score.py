@@ -191,3 +191,12 @@ def test_grading_workspace_restores_tests_and_drops_escapes():
 def test_grading_workspace_rejects_garbage():
     with pytest.raises(RlguardError, match="not a tar archive"):
         grading_workspace_tar(TASK, b"nope")
+
+
+def test_malformed_runner_result_scores_zero():
+    result = runner_result(dict.fromkeys(IDS, "passed"), collected=[1, "x", None])
+    graded = score(TASK, IDS, result)
+    assert graded.reward == 0.0 and graded.details["reason"] == "malformed grader result"
+    result = runner_result(dict.fromkeys(IDS, "passed"))
+    result["junit"] = [["only-one-field"]]
+    assert score(TASK, IDS, result).details["reason"] == "malformed grader result"
