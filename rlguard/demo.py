@@ -1,15 +1,24 @@
 """``rlguard demo``: the main job on embedded defaults (SQLite, the local Docker engine).
 
-Step 1 (this issue): a small multi-file Python project's visible tests run in a hardened sandbox,
-then the sandbox shows what it refuses. Later steps (episodes through the guard, training) are
-added here; each step lives in its own package and is only called from this thin command.
+Three steps, each living in its own package and only called from this thin command:
+
+1. the sandbox: a project's tests in a hardened sandbox, then a table of what it refuses;
+2. episodes: the built-in suite played honestly and by a reward hacker (scripted policy scored by
+   the tiny model) through the gateway: guard, decoys, tamper-proof grading, compaction, store;
+3. training: one PPO update (learned critic, token-level GAE) on the tiny model from those episodes.
+
+``RLGUARD_DATABASE_URL`` chooses the database; ``rlguard export`` afterwards yields the episodes.
 """
 
 import asyncio
+import time
 
 import typer
+from rich.console import Console
 
 from rlguard.errors import RlguardError
+
+console = Console()
 
 
 async def _sandbox_step() -> bool:
@@ -30,15 +39,73 @@ async def _sandbox_step() -> bool:
     return report.ok
 
 
+def _episodes_step(concurrency: int) -> dict:
+    from rlguard.settings import get_settings
+    from rollout.demo_run import print_demo_report, run_demo_rollouts
+
+    report = run_demo_rollouts(get_settings(), concurrency=concurrency)
+    totals = print_demo_report(report)
+    totals["episodes_wall_s"] = report.wall_s
+    return totals
+
+
+def _training_step(max_episodes: int) -> dict | None:
+    from rlguard.settings import get_settings
+    from trainer.train import run_ppo_update
+
+    settings = get_settings()
+    out_dir = settings.state_dir / "runs" / time.strftime("demo-%Y%m%d-%H%M%S")
+    return run_ppo_update(settings.resolved_database_url, "tiny", out_dir, max_episodes=max_episodes)
+
+
+def _redacted(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     """Add ``rlguard demo``."""
 
     @app.command("demo")
-    def demo() -> None:
-        """Run the demo: project tests in a hardened sandbox, and what the sandbox refuses."""
+    def demo(
+        concurrency: int = typer.Option(8, "--concurrency", min=1, help="Episodes at once"),
+        skip_sandbox: bool = typer.Option(False, "--skip-sandbox", help="Skip the sandbox showcase step"),
+        skip_training: bool = typer.Option(False, "--skip-training", help="Skip the PPO update step"),
+    ) -> None:
+        """Run the demo: sandbox showcase, guarded episodes (honest and cheating), one PPO update."""
+        from rlguard.settings import get_settings
         from sandbox.cli import engine_client
         from sandbox.image import ensure_image
 
+        started = time.monotonic()
+        settings = get_settings()
         ensure_image(engine_client())
-        if not asyncio.run(_sandbox_step()):
-            raise RlguardError("the sandbox step of the demo failed (see above)")
+        if not skip_sandbox:
+            console.rule("[bold]1. Sandbox")
+            if not asyncio.run(_sandbox_step()):
+                raise RlguardError("the sandbox step of the demo failed (see above)")
+        console.rule("[bold]2. Episodes through the guard")
+        totals = _episodes_step(concurrency)
+        if totals.get("episodes", 0) == totals.get("errors", 0):
+            raise RlguardError("every demo episode failed; see the errors above")
+        if not skip_training:
+            console.rule("[bold]3. One PPO update on the tiny model")
+            update = _training_step(max_episodes=totals["episodes"])
+            if update is None or update.get("step") is None:
+                console.print("no trainable sub-trajectories were found; no update was made")
+            else:
+                shown = {k: v for k, v in update.items() if isinstance(v, int | float)}
+                for key in sorted(shown):
+                    console.print(f"  {key:<32} {shown[key]:.4g}")
+                console.print(f"  checkpoint: {update['checkpoint']}")
+        console.rule("[bold]Where things are")
+        console.print(f"database:   {_redacted(settings.resolved_database_url)}")
+        console.print("export:     .venv/bin/rlguard export --out episodes.jsonl")
+        console.print(
+            "audit page: .venv/bin/rlguard serve, then http://"
+            f"{settings.gateway.host}:{settings.gateway.port}/audit "
+            f"(admin token: RLGUARD_ADMIN_TOKEN or {settings.state_dir / 'admin_token'}); "
+            "or .venv/bin/rlguard audit"
+        )
+        console.print(f"demo took {time.monotonic() - started:.0f} s")

@@ -261,7 +261,7 @@ async def run_episode(
         result.status, result.error = "error", str(exc)
         log.warning("episode %s of %s ended by an error: %s", handle.episode_id, task_id, exc)
     try:
-        result.reward, result.details = await gateway.finish(handle)
+        result.reward, result.details = await gateway.finish(handle, result.status)
     except GatewayError as exc:
         result.error = f"{result.error}; finish: {exc}" if result.error else f"finish: {exc}"
         result.status = "error"

@@ -152,11 +152,16 @@ class GatewayClient:
             body["output"], int(body["exit_code"]), bool(body.get("truncated")), seconds=seconds
         )
 
-    async def finish(self, episode: EpisodeHandle) -> tuple[float, dict[str, Any]]:
+    async def finish(
+        self, episode: EpisodeHandle, end_reason: str | None = None
+    ) -> tuple[float, dict[str, Any]]:
+        """Grade the episode. ``end_reason`` (submitted, max_turns, ...) tells the trainer whether the
+        episode was truncated (bootstrap the value) or ended (reward is final)."""
         headers = {"Authorization": f"Bearer {episode.agent_token}"}
+        payload = {"end_reason": end_reason} if end_reason else None
+        path = f"/v1/episodes/{episode.episode_id}/finish"
         body = self._ok(
-            await self._request("POST", f"/v1/episodes/{episode.episode_id}/finish", headers=headers),
-            "finish the episode",
+            await self._request("POST", path, headers=headers, json=payload), "finish the episode"
         )
         return float(body["reward"]), dict(body.get("details") or {})
 

@@ -121,11 +121,11 @@ async def run_one(ctx: RolloutContext, episode: EpisodeSpec) -> EpisodeResult:
 
 
 async def count_intercepts(gateway: GatewayClient, result: EpisodeResult) -> int:
-    """Intercepted calls of a finished episode (the runner cannot see decoys; the gateway can)."""
+    """Intercepted (decoyed or flagged) calls of an episode: the runner cannot see decoys, the gateway can."""
     if result.episode_id is None:
         return 0
     view = await gateway.episode(result.episode_id)
-    return sum(1 for call in view.get("tool_calls", []) if call.get("was_decoy"))
+    return sum(1 for call in view.get("tool_calls", []) if call.get("action") != "allow")
 
 
 async def run_episodes(

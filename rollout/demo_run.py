@@ -1,0 +1,130 @@
+"""The rollout step of ``rlguard demo``: the built-in suite, honest and cheating, through the guard.
+
+A gateway runs in this process on the configured database (SQLite in the state directory unless
+``RLGUARD_DATABASE_URL`` says otherwise) and the local Docker engine. The scripted policy plays each
+built-in task twice, honestly and as a reward hacker, and long-horizon tasks a third time reading
+every file first so that their context is compacted. The report says what was rewarded, what the
+guard intercepted (by category and stage) and how many sub-trajectories were stored for training.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlguard.settings import Settings
+from rollout.agent import AgentConfig, EpisodeResult
+from rollout.runner import EpisodeSpec, RichProgress, RolloutContext, RolloutSpec, run_episodes
+
+# Large enough for a scripted turn that writes a whole solution file; the budget makes reading every
+# file of a long-horizon task overflow, so those episodes are compacted.
+DEMO_CONFIG = AgentConfig(
+    max_turns=20, max_tokens_per_turn=768, context_budget_tokens=4096, keep_recent_turns=1
+)
+
+
+@dataclass
+class DemoReport:
+    results: list[tuple[EpisodeSpec, EpisodeResult]]
+    intercepts: Counter = field(default_factory=Counter)  # (category, stage) -> count
+    wall_s: float = 0.0
+    gateway_url: str = ""
+
+
+def demo_episodes(ctx: RolloutContext, tasks: list[str] | None = None) -> list[EpisodeSpec]:
+    """honest + cheat for every task (or those named); honest_long too for long-horizon tasks."""
+    specs = []
+    for task in ctx.tasks.list():
+        if tasks and task.id not in tasks and task.task_id not in tasks:
+            continue
+        specs.append(EpisodeSpec(task.id, "honest"))
+        specs.append(EpisodeSpec(task.id, "cheat"))
+        if task.horizon == "long":
+            specs.append(EpisodeSpec(task.id, "honest_long"))
+    return specs
+
+
+async def _intercepts_of(ctx: RolloutContext, episode_ids: set[str]) -> Counter:
+    counts: Counter = Counter()
+    for episode_id in sorted(episode_ids):
+        view = await ctx.gateway.episode(episode_id)
+        for call in view.get("tool_calls", []):
+            if call.get("action") != "allow":
+                counts[(call.get("category") or "?", call.get("stage") or "?")] += 1
+    return counts
+
+
+def run_demo_rollouts(settings: Settings, concurrency: int = 8, tasks: list[str] | None = None) -> DemoReport:
+    """Start a gateway, run the demo episodes with the scripted policy, collect the report."""
+    from rollout.local_gateway import local_gateway
+
+    started = time.monotonic()
+    with local_gateway(settings) as gateway:
+        spec = RolloutSpec(
+            gateway_url=gateway.url,
+            admin_token=gateway.admin_token,
+            policy="scripted",
+            policy_version="0",
+            config=DEMO_CONFIG,
+        )
+
+        async def main() -> DemoReport:
+            ctx = RolloutContext(spec)
+            try:
+                specs = demo_episodes(ctx, tasks)
+                with RichProgress(len(specs), "demo episodes") as progress:
+                    results = await run_episodes(ctx, specs, concurrency, on_done=progress)
+                ids = {r.episode_id for r in results if r.episode_id}
+                report = DemoReport(list(zip(specs, results, strict=True)), await _intercepts_of(ctx, ids))
+                report.gateway_url = gateway.url
+                return report
+            finally:
+                await ctx.aclose()
+
+        report = asyncio.run(main())
+    report.wall_s = time.monotonic() - started
+    return report
+
+
+def print_demo_report(report: DemoReport) -> dict[str, Any]:
+    """Tables: per behaviour (episodes, reward, intercepts, sub-trajectories), intercepts by category
+    and stage. Returns the totals."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    by_behaviour: dict[str, list[EpisodeResult]] = {}
+    for spec, result in report.results:
+        by_behaviour.setdefault(spec.behaviour or "-", []).append(result)
+    table = Table(title="Episodes (scripted policy, builtin suite)")
+    for column in ("behaviour", "episodes", "mean reward", "submitted", "tool calls", "intercepted",
+                   "compactions", "sub-trajectories"):  # fmt: skip
+        table.add_column(column, justify="right" if column != "behaviour" else "left")
+    totals = Counter()
+    for behaviour, results in sorted(by_behaviour.items()):
+        rewards = [r.reward for r in results if r.reward is not None]
+        subs = sum(len([t for t in r.sub_trajectories if t.token_ids]) for r in results)
+        intercepted = sum(int(r.details.get("intercepts", 0)) for r in results)
+        table.add_row(
+            behaviour,
+            str(len(results)),
+            f"{sum(rewards) / len(rewards):.3f}" if rewards else "-",
+            str(sum(r.status == "submitted" for r in results)),
+            str(sum(r.tool_calls for r in results)),
+            str(intercepted),
+            str(sum(r.compactions for r in results)),
+            str(subs),
+        )
+        totals.update(episodes=len(results), sub_trajectories=subs, intercepted=intercepted)
+        totals.update(errors=sum(r.status == "error" for r in results))
+    console.print(table)
+    cats = Table(title="Intercepted calls by category and stage")
+    for column in ("category", "stage", "calls"):
+        cats.add_column(column, justify="right" if column == "calls" else "left")
+    for (category, stage), count in sorted(report.intercepts.items()):
+        cats.add_row(category, stage, str(count))
+    console.print(cats)
+    return dict(totals)
