@@ -58,5 +58,5 @@ def main() -> None:
     try:
         app()
     except RlguardError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False)
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {exc}", highlight=False)
         sys.exit(2)
