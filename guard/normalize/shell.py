@@ -45,6 +45,10 @@ _SPLIT_KINDS = frozenset({"simple_expansion", "expansion", "command_substitution
 _QUOTED_KINDS = frozenset({"string", "raw_string", "ansi_c_string"})
 _PATTERN_FIRST = frozenset({"sed", "grep", "egrep", "fgrep", "rg", "ag", "ack", "awk", "gawk", "jq"})
 _WHITESPACE = re.compile(r"\s")
+_HEREDOC_THEN_REDIRECT = re.compile(
+    r"""(?P<heredoc><<-?\s*(?P<q>['"]?)\w+(?P=q))"""
+    r"""(?P<redirects>(?:[ \t]+\d*(?:>>?|<|&>>?|>&|<&)[ \t]*[^\s|;&<>]+)+)"""
+)
 _GLOB = re.compile(r"[*?\[]")
 _STATIC_BASENAME = re.compile(r"/[A-Za-z0-9_.+-]+$")
 _WRITE_OPS = frozenset({">", ">>", ">|", "&>", "&>>"})
@@ -163,6 +167,13 @@ def parse_tree(script: str) -> Node:
     tree = parser.parse(script.encode("utf-8", "surrogatepass"))
     root = tree.root_node
     if root.has_error:
+        # tree-sitter-bash rejects ``cmd <<EOF 2>&1 | tail``; bash does not. Moving the redirects
+        # before the heredoc operator means the same to bash and parses.
+        swapped = _HEREDOC_THEN_REDIRECT.sub(r"\g<redirects> \g<heredoc>", script)
+        if swapped != script:
+            retry = parser.parse(swapped.encode("utf-8", "surrogatepass")).root_node
+            if not retry.has_error:
+                return retry
         raise Unparseable(f"shell syntax error near: {_first_error(root)!r}")
     return root
 

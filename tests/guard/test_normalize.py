@@ -295,3 +295,11 @@ def test_monkeypatching_is_a_patch_fact() -> None:
     code = "import time\n\ndef test_t(monkeypatch):\n    monkeypatch.setattr(time, 'time', lambda: 0)\n"
     facts = normalize(ToolCall("write_file", {"path": "tests/test_t.py", "content": code})).blocks[0].facts
     assert "patch:time.time" in facts and "assign:time.time" not in facts
+
+
+def test_heredoc_followed_by_redirect_and_pipe_parses() -> None:
+    # tree-sitter-bash alone rejects this common agent idiom; bash accepts it
+    normalized = bash("python3 - <<'EOF' 2>&1 | tail -5\nimport socket\nEOF")
+    assert normalized.parse_error is None
+    assert [c.program for c in normalized.commands] == ["python3", "tail"]
+    assert "import:socket" in normalized.blocks[0].facts
