@@ -1,9 +1,10 @@
 """The Docker backend: hardened containers, a fast in-container runner, leak-free cleanup.
 
 Every container gets: no network, a read-only root, size-capped tmpfs ``/workspace`` and ``/tmp``
-(charged to the memory limit), uid 1000, every capability dropped, no-new-privileges, seccomp, a pids
-limit, memory with swap equal to it, a CPU quota, an init that reaps zombies, nofile/fsize ulimits,
-and labels naming the rlguard instance, the episode and the owning process.
+(charged to the memory limit), agent commands as uid 1000 (the container's own init and keep-alive
+as ``nobody``), every capability dropped, no-new-privileges, seccomp, a pids limit, memory with swap
+equal to it, a CPU quota, an init that reaps zombies, nofile/fsize ulimits, and labels naming the
+rlguard instance, the episode and the owning process.
 
 Commands and file operations go through ``sandbox.executor`` started once per container over the
 exec attach stream (see ``sandbox.attach`` for why not a socket file); images without python3 fall
@@ -80,6 +81,9 @@ def workspace_archive(workspace: Path | bytes | None, limit: int) -> bytes | Non
         root = Path(workspace)
         if not root.is_dir():
             raise SandboxError(f"workspace {root} is not a directory")
+        size = sum(p.lstat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+        if size > limit:
+            raise SandboxError(f"workspace {root} holds {size} bytes, over the {limit}-byte limit")
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as archive:
             for child in sorted(root.iterdir()):
@@ -234,6 +238,14 @@ class DockerSandbox(Sandbox):
             raise SandboxError(message)
         return reply
 
+    async def _file_request(self, request: dict, max_line: int) -> dict:
+        """A file operation through the runner; a runner that does not answer is a SandboxError."""
+        async with self._lock:
+            try:
+                return await self._request(request, CONTROL_TIMEOUT_S, max_line)
+            except TimeoutError:
+                raise SandboxError(f"sandbox runner did not answer within {CONTROL_TIMEOUT_S:g}s") from None
+
     async def _reset_runner(self) -> None:
         """Drop a dead or stuck runner and kill every agent process, so the next call starts clean."""
         if self._runner is not None:
@@ -297,28 +309,28 @@ class DockerSandbox(Sandbox):
     async def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
         limit = min(max_bytes or self.limits.transfer_max_bytes, self.limits.transfer_max_bytes)
         request = {"op": "read", "path": workspace_path(path), "max": limit}
-        async with self._lock:
-            reply = await self._request(request, CONTROL_TIMEOUT_S, limit * 2 + 65536)
+        reply = await self._file_request(request, limit * 2 + 65536)
         return _b64(reply.get("data"), limit)
 
     async def write_file(self, path: str, data: bytes) -> None:
         if len(data) > self.limits.transfer_max_bytes:
             raise SandboxError(f"file of {len(data)} bytes exceeds the transfer limit")
         request = {"op": "write", "path": workspace_path(path), "data": base64.b64encode(data).decode()}
-        async with self._lock:
-            await self._request(request, CONTROL_TIMEOUT_S, 65536)
+        await self._file_request(request, 65536)
 
     async def list_dir(self, path: str = ".") -> list[DirEntry]:
-        async with self._lock:
-            reply = await self._request(
-                {"op": "list", "path": workspace_path(path)}, CONTROL_TIMEOUT_S, 8 << 20
-            )
+        reply = await self._file_request({"op": "list", "path": workspace_path(path)}, 8 << 20)
         entries = reply.get("entries")
         if not isinstance(entries, list):
             raise SandboxError("sandbox runner sent a malformed listing")
         result = []
         for entry in entries:
-            if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)):
+            if not (
+                isinstance(entry, list)
+                and len(entry) == 3
+                and isinstance(entry[0], str)
+                and isinstance(entry[2], int)
+            ):
                 raise SandboxError("sandbox runner sent a malformed listing")
             kind = entry[1] if entry[1] in ("file", "dir", "symlink", "other") else "other"
             result.append(DirEntry(name=entry[0], kind=kind, size=int(entry[2])))
@@ -326,15 +338,12 @@ class DockerSandbox(Sandbox):
 
     async def export_workspace(self) -> bytes:
         limit = self.limits.transfer_max_bytes
-        async with self._lock:
-            reply = await self._request({"op": "get_tar", "max": limit}, CONTROL_TIMEOUT_S, limit * 2 + 65536)
+        reply = await self._file_request({"op": "get_tar", "max": limit}, limit * 2 + 65536)
         return _b64(reply.get("data"), limit)
 
     async def load_workspace(self, archive: bytes) -> None:
         """Unpack a tar archive into /workspace (done as the agent's user, by GNU tar)."""
-        request = {"op": "put_tar", "data": base64.b64encode(archive).decode()}
-        async with self._lock:
-            await self._request(request, CONTROL_TIMEOUT_S, 65536)
+        await self._file_request({"op": "put_tar", "data": base64.b64encode(archive).decode()}, 65536)
 
     async def destroy(self) -> None:
         if self._destroyed:
