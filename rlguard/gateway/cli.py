@@ -26,7 +26,7 @@ def _store():
     return Store.from_url(url)
 
 
-def _parse_since(value: str | None) -> datetime | None:
+def parse_since(value: str | None) -> datetime | None:
     if value is None:
         return None
     try:
@@ -88,7 +88,7 @@ def audit(
     store = _store()
     try:
         rows = store.intercepts(
-            InterceptFilter(category=category, episode_id=episode, since=_parse_since(since)), limit=limit
+            InterceptFilter(category=category, episode_id=episode, since=parse_since(since)), limit=limit
         )
     finally:
         store.close()

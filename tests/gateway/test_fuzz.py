@@ -15,7 +15,7 @@ from schemathesis.checks import not_a_server_error
 
 from tests.gateway.conftest import Gateway
 
-EXAMPLES_PER_OPERATION = 30
+EXAMPLES_PER_OPERATION = 25
 
 
 def test_no_input_yields_a_server_error(gateway: Gateway) -> None:

@@ -7,7 +7,6 @@ import time
 
 import docker.errors
 import httpx
-import pytest
 
 from rlguard.gateway.app import create_app
 from rlguard.store.repository import Store
@@ -116,12 +115,3 @@ def test_sigkill_mid_episode_loses_no_committed_call(spawn_gateway, docker_clien
         headers={"Authorization": f"Bearer {ep.token}"},
     )
     assert late.status_code == 409
-
-
-@pytest.mark.postgres
-def test_gateway_runs_on_postgresql(spawn_gateway, pg_database) -> None:
-    gw, _ = spawn_gateway(pg_database)
-    ep = gw.new_episode()
-    assert ep.call("bash", command="echo on-postgres").json()["output"] == "on-postgres\n"
-    with gw.admin() as admin:
-        assert admin.get(f"/v1/episodes/{ep.id}").json()["num_calls"] == 1

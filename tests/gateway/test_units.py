@@ -9,7 +9,11 @@ import stat
 import subprocess
 import sys
 
+import pytest
+
+from rlguard.errors import RlguardError
 from rlguard.gateway.auth import ensure_admin_token, hash_token, new_token
+from rlguard.gateway.cli import parse_since
 from rlguard.gateway.logs import JsonFormatter
 from rlguard.gateway.tools import ARGUMENT_MODELS, openai_tools
 from rlguard.settings import Settings
@@ -66,10 +70,9 @@ def test_db_upgrade_command_creates_the_schema(tmp_path) -> None:
         check=True,
     )
     assert f"revision {head_revision()}" in out.stdout
-    bad = subprocess.run(
-        [sys.executable, "-m", "rlguard", "audit", "--since", "yesterday"],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert bad.returncode == 2 and "ISO 8601" in bad.stderr
+
+
+def test_audit_since_must_be_iso_8601() -> None:
+    with pytest.raises(RlguardError, match="ISO 8601"):
+        parse_since("yesterday")
+    assert parse_since("2026-01-31T12:00").tzinfo is not None
