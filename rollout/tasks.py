@@ -56,6 +56,18 @@ class GradingSpec(_Strict):
     )
     timeout_s: float = Field(60.0, gt=0, le=1800, description="Wall-clock limit of one grading run")
     reward: Literal["fraction", "all_or_nothing"] = "fraction"
+    restore: list[str] = Field(
+        default_factory=lambda: ["tests"],
+        description="Workspace paths put back from the pristine task before grading (the visible tests)",
+    )
+
+    @field_validator("restore")
+    @classmethod
+    def _relative(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            if path.startswith("/") or ".." in path.split("/") or not path.strip("/."):
+                raise ValueError(f"restore paths must be relative and inside the workspace; got {path!r}")
+        return paths
 
     @field_validator("command")
     @classmethod
