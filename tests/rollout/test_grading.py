@@ -36,8 +36,9 @@ async def backend() -> AsyncIterator[DockerBackend]:
     client.close()
     backend = DockerBackend(f"test-grading-{uuid.uuid4().hex[:8]}", None, SandboxSettings(image=image))
     yield backend
+    leaked = backend.owned_ids()  # every grading destroys its container, timeouts and errors included
     await backend.close()
-    assert backend.owned_ids() == []
+    assert leaked == []
 
 
 def edited(task: Task, files: dict[str, str] | None = None, delete: tuple[str, ...] = ()) -> bytes:
@@ -338,6 +339,7 @@ async def test_hang_hits_the_grading_timeout(backend):
     assert result.reward == 0.0
     assert result.details["reason"] == "timeout"
     assert result.total == 6 and result.passed == 0
+    assert backend.owned_ids() == []
 
 
 async def test_all_or_nothing_reward(backend):
