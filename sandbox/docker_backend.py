@@ -336,6 +336,10 @@ class DockerSandbox(Sandbox):
             result.append(DirEntry(name=entry[0], kind=kind, size=int(entry[2])))
         return result
 
+    async def ping(self) -> None:
+        """Check the sandbox answers (its runner is up); raise SandboxError if not."""
+        await self._file_request({"op": "ping"}, 4096)
+
     async def export_workspace(self) -> bytes:
         limit = self.limits.transfer_max_bytes
         reply = await self._file_request({"op": "get_tar", "max": limit}, limit * 2 + 65536)

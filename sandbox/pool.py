@@ -5,16 +5,19 @@ only copies the episode's workspace in. A sandbox handed out is the episode's al
 afterwards, never returned: nothing one episode leaves behind can reach the next. Docker labels
 cannot change after creation, so a pooled container's ``rlguard.episode`` label is empty (and
 ``rlguard.pooled=1``); the episode id lives on the ``Sandbox`` object.
+
+Only the ``max_keys`` most recently used (image, limits) pairs are kept warm, so tasks with their own
+limits cannot make idle containers pile up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import replace
 
-from sandbox.base import SandboxSpec
+from sandbox.base import SandboxError, SandboxSpec
 from sandbox.docker_backend import DockerBackend, DockerSandbox, workspace_archive
 
 PoolKey = tuple[str, str]
@@ -28,10 +31,11 @@ def pool_key(spec: SandboxSpec) -> PoolKey:
 class WarmPool:
     """Keeps ``size`` started sandboxes per (image, limits) seen; refills in the background."""
 
-    def __init__(self, backend: DockerBackend, size: int) -> None:
+    def __init__(self, backend: DockerBackend, size: int, max_keys: int = 4) -> None:
         self.backend = backend
         self.size = size
-        self._ready: dict[PoolKey, deque[DockerSandbox]] = {}
+        self.max_keys = max_keys
+        self._ready: OrderedDict[PoolKey, deque[DockerSandbox]] = OrderedDict()
         self._refills: dict[PoolKey, asyncio.Task] = {}
         self._closed = False
 
@@ -48,21 +52,36 @@ class WarmPool:
             raise RuntimeError("pool is closed")
         key = pool_key(spec)
         ready = self._ready.setdefault(key, deque())
+        self._ready.move_to_end(key)
+        await self._evict_beyond(self.max_keys)
         sandbox = ready.popleft() if ready else None
         self._schedule_refill(key, spec)
         if sandbox is None:
             return await self.backend.create(spec)
+        archive = spec.workspace
+        if not isinstance(archive, bytes):
+            archive = await asyncio.to_thread(workspace_archive, archive, spec.limits.transfer_max_bytes)
         sandbox.spec = spec
         try:
-            archive = spec.workspace
-            if not isinstance(archive, bytes):
-                archive = await asyncio.to_thread(workspace_archive, archive, spec.limits.transfer_max_bytes)
             if archive:
                 await self.backend.load_archive(sandbox, archive)
+            elif sandbox._fast:
+                await sandbox.ping()
+        except SandboxError:
+            await sandbox.destroy()  # a warm sandbox that died while waiting: start a fresh one
+            return await self.backend.create(spec)
         except BaseException:
             await sandbox.destroy()
             raise
         return sandbox
+
+    async def _evict_beyond(self, keep: int) -> None:
+        while len(self._ready) > keep:
+            key, waiting = self._ready.popitem(last=False)
+            task = self._refills.pop(key, None)
+            if task is not None:
+                task.cancel()
+            await asyncio.gather(*(sandbox.destroy() for sandbox in waiting), return_exceptions=True)
 
     def ready_count(self, spec: SandboxSpec) -> int:
         """How many warm sandboxes wait for ``spec``'s image and limits."""

@@ -163,3 +163,34 @@ def _tar(files: dict[str, bytes]) -> bytes:
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
+
+
+async def test_pool_keeps_few_keys_warm_and_survives_dead_warm_sandboxes(
+    backend: DockerBackend, sandbox_image: str
+) -> None:
+    pool = WarmPool(backend, size=1, max_keys=1)
+    first = SandboxSpec(image=sandbox_image, limits=small_limits())
+    other = SandboxSpec(image=sandbox_image, limits=small_limits(pids=64), workspace=_tar({"f": b"x"}))
+    await pool.start(first)
+    try:
+        (waiting,) = list(pool._ready[(first.image, first.limits.model_dump_json())])
+        await backend.call(backend.client.api.remove_container, waiting.id, force=True)  # dies while waiting
+        sandbox = await pool.acquire(
+            SandboxSpec(image=sandbox_image, limits=small_limits(), workspace=_tar({"a": b"1"}))
+        )
+        assert sandbox.id != waiting.id and (await sandbox.exec("cat a")).output == "1"
+        await sandbox.destroy()
+        for _ in range(100):
+            if pool.ready_count(first) == 1:
+                break
+            await asyncio.sleep(0.1)
+        evicted = list(pool._ready[(first.image, first.limits.model_dump_json())])
+        used = await pool.acquire(other)  # a second key: the first key's warm sandbox is destroyed
+        assert pool.ready_count(first) == 0
+        for old in evicted:
+            with pytest.raises(docker.errors.NotFound):
+                await backend.call(backend.client.api.inspect_container, old.id)
+        assert (await used.exec("cat f")).output == "x"
+        await used.destroy()
+    finally:
+        await pool.close()
