@@ -113,8 +113,7 @@ async def run_bench(samples: int = 200, concurrent: int = 32, starts: int = 8) -
         report["docker_exec_ms_p50"] = statistics.median(slow)
         report["exec_vs_docker_exec"] = report["exec_ms_p50"] / report["docker_exec_ms_p50"]
 
-        small = SandboxLimits(memory="128m", workspace_size="16m", tmp_size="16m")
-        many_spec = SandboxSpec(image=backend.default_image, limits=small)
+        many_spec = SandboxSpec(image=backend.default_image, limits=limits)
         started_all = await asyncio.gather(
             *(backend.create(many_spec) for _ in range(concurrent)), return_exceptions=True
         )
