@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shlex
 import sys
 from pathlib import Path
@@ -41,15 +42,22 @@ def limits_with(memory: str | None, timeout: float | None) -> SandboxLimits:
     from pydantic import ValidationError
 
     from rlguard.settings import get_settings
-    from sandbox.settings import SandboxLimits
+    from sandbox.settings import SandboxLimits, parse_size
 
+    configured = get_settings().sandbox.limits
     overrides: dict[str, object] = {}
     if memory is not None:
         overrides["memory"] = memory
+        # tmpfs counts against memory: shrink the configured disk caps to fit a smaller --memory.
+        with contextlib.suppress(ValueError):
+            budget = parse_size(memory)
+            for field, share in (("workspace_size", 2), ("tmp_size", 8)):
+                if parse_size(getattr(configured, field)) > budget // share:
+                    overrides[field] = f"{max(1, (budget // share) >> 20)}m"
     if timeout is not None:
         overrides["exec_timeout_s"] = timeout
     try:
-        return SandboxLimits.model_validate({**get_settings().sandbox.limits.model_dump(), **overrides})
+        return SandboxLimits.model_validate({**configured.model_dump(), **overrides})
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or 'limits'}: {e['msg'].removeprefix('Value error, ')}"
@@ -90,7 +98,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
 
     @sandbox_app.command("exec")
     def exec_command(
-        command: list[str] = typer.Argument(..., help="Program and arguments (after --); no shell is added"),
+        command: list[str] = typer.Argument(
+            ..., metavar="-- CMD...", help="Program and arguments; no shell is added"
+        ),
         image: str = typer.Option("", "--image", help="Image (default: the configured sandbox image)"),
         timeout: float | None = typer.Option(None, "--timeout", help="Seconds before the command is killed"),
         memory: str | None = typer.Option(None, "--memory", help="Memory limit, e.g. 512m, 2g"),

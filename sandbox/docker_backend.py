@@ -140,7 +140,13 @@ class DockerSandbox(Sandbox):
 
     @property
     def limits(self) -> SandboxLimits:
+        """The limits this sandbox was started with."""
         return self.spec.limits
+
+    @property
+    def uses_runner(self) -> bool:
+        """True while commands go through the in-sandbox runner (False: one docker exec each)."""
+        return self._fast
 
     # -- the runner ------------------------------------------------------------------------------
 
@@ -484,7 +490,7 @@ class DockerBackend(SandboxBackend):
 
     async def load_archive(self, sandbox: DockerSandbox, archive: bytes) -> None:
         """Put a workspace archive into a sandbox through its runner, or ``tar`` over ``docker exec``."""
-        if sandbox._fast:
+        if sandbox.uses_runner:
             await sandbox.load_workspace(archive)
         else:
             await self.call(self._put_tar_via_exec, sandbox.id, archive)

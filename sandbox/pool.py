@@ -65,7 +65,7 @@ class WarmPool:
         try:
             if archive:
                 await self.backend.load_archive(sandbox, archive)
-            elif sandbox._fast:
+            elif sandbox.uses_runner:
                 await sandbox.ping()
         except SandboxError:
             await sandbox.destroy()  # a warm sandbox that died while waiting: start a fresh one

@@ -31,7 +31,7 @@ def test_exec_passes_argv_without_a_shell_and_returns_its_exit_code(
 
 
 def test_exec_timeout_exits_124(sandbox_image: str) -> None:
-    done = rlguard("sandbox", "exec", "--timeout", "1", "--", "sleep", "30")
+    done = rlguard("sandbox", "exec", "--timeout", "1", "--memory", "256m", "--", "sleep", "30")
     assert done.returncode == 124
     assert "timed out" in done.stdout
 
