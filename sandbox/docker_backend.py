@@ -620,9 +620,17 @@ class DockerBackend(SandboxBackend):
         containers = await self.call(
             self.client.api.containers, all=True, filters={"label": f"{ownership.INSTANCE}={self.instance}"}
         )
-        orphans = [c["Id"] for c in containers if not ownership.owner_alive(c.get("Labels") or {})]
+        orphans = [c["Id"] for c in containers if self._is_orphan(c)]
         await asyncio.gather(*(self.remove(cid) for cid in orphans))
         return len(orphans)
+
+    def _is_orphan(self, container: dict) -> bool:
+        labels = container.get("Labels") or {}
+        if labels.get(ownership.OWNER_TOKEN) == self._token:
+            # Ours, but no sandbox object holds it: its creation was cancelled after the engine made
+            # it. The age guard leaves a creation that is just finishing alone.
+            return container["Id"] not in self._sandboxes and time.time() - container.get("Created", 0) > 120
+        return not ownership.owner_alive(labels)
 
     async def close(self) -> None:
         if self._closed:

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 
 import docker
@@ -194,3 +195,15 @@ async def test_pool_keeps_few_keys_warm_and_survives_dead_warm_sandboxes(
         await used.destroy()
     finally:
         await pool.close()
+
+
+async def test_gc_removes_a_container_whose_creation_was_abandoned(
+    backend: DockerBackend, sandbox_image: str
+) -> None:
+    # The engine made the container but the creating call was cancelled before a sandbox held it.
+    labels = {**ownership.owner_labels(backend.instance, backend._token), ownership.EPISODE: ""}
+    created = await backend.call(backend.client.api.create_container, sandbox_image, ["true"], labels=labels)
+    fresh = {"Id": created["Id"], "Labels": labels, "Created": int(time.time())}
+    assert not backend._is_orphan(fresh)  # could still be registering
+    assert backend._is_orphan({**fresh, "Created": int(time.time()) - 600})
+    await backend.remove(created["Id"])
