@@ -73,7 +73,6 @@ def create_app(
     catalog: TaskCatalog | None = None,
     grade: GradeHook | None = None,
     backend: SandboxBackend | None = None,
-    pool_factory: Any = None,
     guard: GuardLike | None = None,
 ) -> FastAPI:
     """The ASGI app; resources start in its lifespan (migrations, recovery, warm pool, expiry)."""
@@ -81,38 +80,25 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from rlguard.gateway.catalog import SuiteCatalog, grade_with_hidden_tests
+        from sandbox.docker_backend import DockerBackend
+        from sandbox.pool import WarmPool
+
         url = settings.resolved_database_url
         await asyncio.to_thread(upgrade, url)
         db = DbRunner(Store.from_url(url), url)
         admin_token = ensure_admin_token(settings)
-        nonlocal backend, catalog, grade, guard
-        if backend is None:
-            from sandbox.docker_backend import DockerBackend
-
-            backend = DockerBackend.from_settings(settings)
-        if catalog is None:
-            from rlguard.gateway.catalog import SuiteCatalog
-
-            catalog = SuiteCatalog(settings.gateway.suites, settings.sandbox.limits)
-        if grade is None:
-            from rlguard.gateway.catalog import grade_with_hidden_tests
-
-            grade = grade_with_hidden_tests
-        if guard is None:
-            guard = _default_guard(settings, metrics)
-        if pool_factory is None:
-            from sandbox.pool import WarmPool
-
-            pool: PoolLike = WarmPool(backend, settings.sandbox.warm_pool_size)
-        else:
-            pool = pool_factory(backend)
+        own_backend = backend is None  # close only what this app created
+        sandboxes = DockerBackend.from_settings(settings) if backend is None else backend
+        the_guard = _default_guard(settings, metrics) if guard is None else guard
+        pool: PoolLike = WarmPool(sandboxes, settings.sandbox.warm_pool_size)
         episodes = EpisodeService(
             db=db,
-            catalog=catalog,
-            grade=grade,
-            backend=backend,
+            catalog=catalog or SuiteCatalog(settings.gateway.suites, settings.sandbox.limits),
+            grade=grade or grade_with_hidden_tests,
+            backend=sandboxes,
             pool=pool,
-            guard=guard,
+            guard=the_guard,
             metrics=metrics,
             settings=settings.gateway,
         )
@@ -131,10 +117,10 @@ def create_app(
                 await expiry
             await episodes.shutdown()
             await pool.close()
-            await backend.close()
-            aclose = getattr(guard, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            if own_backend:
+                await sandboxes.close()
+            if guard is None:
+                await the_guard.aclose()
             await asyncio.to_thread(db.close)
 
     app = FastAPI(

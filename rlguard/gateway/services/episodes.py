@@ -59,7 +59,13 @@ class GuardLike(Protocol):
 
 
 class PoolLike(Protocol):
+    """``sandbox.pool.WarmPool``'s interface, as the gateway uses it."""
+
+    async def start(self) -> None: ...
+
     async def acquire(self, spec: SandboxSpec) -> Sandbox: ...
+
+    async def close(self) -> None: ...
 
 
 PROBE_OUTPUT_CAP = 16 * 1024
