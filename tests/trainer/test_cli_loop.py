@@ -106,3 +106,18 @@ def test_closed_loop_rolls_out_trains_and_serves_the_new_policy(
             assert list(unconsumed) == []
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("protocol", ["builtin", "sglang"])
+def test_reload_speaks_both_dialects_and_reports_refusals(tiny_rollout_model: Path, protocol: str) -> None:
+    from rollout.policy_server import build_server
+    from rollout.serving import serve_in_thread
+    from trainer.reload import reload_policy
+
+    server = build_server(str(tiny_rollout_model))
+    with serve_in_thread(server.app, startup_timeout_s=120) as policy_url:
+        answer = reload_policy(f"{policy_url}/v1", tiny_rollout_model, "7", protocol)
+        assert answer["success"] and server.reloads == 1
+        with pytest.raises(RlguardError, match="refused"):
+            reload_policy(policy_url, tiny_rollout_model / "missing", "8", protocol)
+        assert server.reloads == 1
