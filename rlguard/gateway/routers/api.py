@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -50,7 +51,7 @@ async def list_tools() -> list[dict[str, Any]]:
 async def list_tasks(gw: GatewayState = Depends(state)) -> list[TaskView]:
     return [
         TaskView(id=t.id, suite=t.suite, instructions=t.instructions, image=t.image, details=t.details)
-        for t in gw.episodes.catalog.list_tasks()
+        for t in await asyncio.to_thread(gw.episodes.catalog.list_tasks)  # may build workspace tars
     ]
 
 

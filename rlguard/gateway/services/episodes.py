@@ -147,7 +147,7 @@ class EpisodeService:
 
     async def create(self, task_ref: str, policy_version: str | None) -> tuple[LiveEpisode, str]:
         """Resolve the task, take a sandbox with its workspace, record the episode; return its token."""
-        task = self.catalog.resolve(task_ref)
+        task = await asyncio.to_thread(self.catalog.resolve, task_ref)  # may build a workspace tar
         episode_id = uuid.uuid4().hex
         token = new_token()
         token_hash = hash_token(token)
