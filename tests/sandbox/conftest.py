@@ -14,8 +14,6 @@ from sandbox.docker_backend import DockerBackend, DockerSandbox
 from sandbox.image import ensure_image
 from sandbox.settings import SandboxLimits, SandboxSettings
 
-pytestmark = pytest.mark.docker
-
 
 @pytest.fixture(scope="session")
 def docker_client() -> docker.DockerClient:

@@ -14,15 +14,16 @@ pytestmark = pytest.mark.docker
 async def test_fork_bomb_is_contained_and_host_is_fine(
     backend: DockerBackend, sandbox: DockerSandbox
 ) -> None:
-    result = await sandbox.exec("bomb() { bomb | bomb & }; bomb; sleep 3; echo survived", timeout_s=4)
-    assert result.timed_out or result.exit_code != 0 or "survived" in result.output
-    inspect = await backend.call(backend.client.api.inspect_container, sandbox.id)
-    assert inspect["HostConfig"]["PidsLimit"] == sandbox.limits.pids
-    # The host can still start processes, and the sandbox itself recovers.
+    result = await sandbox.exec("bomb() { bomb | bomb & }; bomb; sleep 3; echo survived", timeout_s=8)
+    assert "Resource temporarily unavailable" in result.output  # the pids limit said no
+    # The host can still start processes, and the sandbox is clean and usable again.
     assert subprocess.run(["true"], check=False).returncode == 0
-    after = await sandbox.exec("echo alive; ps -e --no-headers | wc -l", timeout_s=20)
-    lines = after.output.split()
-    assert lines[0] == "alive" and int(lines[1]) < 10, after.output
+    after = await sandbox.exec(
+        "echo alive; cat /sys/fs/cgroup/pids/pids.max /sys/fs/cgroup/pids/pids.current"
+    )
+    alive, pids_max, pids_now = after.output.split()
+    assert alive == "alive" and int(pids_max) == sandbox.limits.pids
+    assert int(pids_now) < 10, "bomb processes outlived their command"
 
 
 async def test_memory_bomb_is_killed_and_reported(sandbox: DockerSandbox) -> None:
