@@ -146,7 +146,8 @@ class GatewayClient:
         )
         seconds = loop.time() - started
         if response.status_code in (400, 413, 422):
-            return ToolResult(f"Error: {_detail(response)}", 2, False, rejected=True, seconds=seconds)
+            detail = _detail(response).replace("body.arguments.", "").replace("body: ", "")
+            return ToolResult(f"Error: {detail}", 2, False, rejected=True, seconds=seconds)
         body = self._ok(response, f"tool call {tool}")
         return ToolResult(
             body["output"], int(body["exit_code"]), bool(body.get("truncated")), seconds=seconds

@@ -194,6 +194,7 @@ class RichProgress:
     """A rich progress bar: episodes done, mean reward, intercepts."""
 
     def __init__(self, total: int, description: str = "episodes") -> None:
+        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.summary = RunSummary()
@@ -205,6 +206,7 @@ class RichProgress:
             TextColumn("intercepts {task.fields[intercepts]}"),
             TextColumn("errors {task.fields[errors]}"),
             TimeElapsedColumn(),
+            console=Console(stderr=True),  # stdout stays clean for --json
         )
         self.task = self.progress.add_task(description, total=total, reward=0.0, intercepts=0, errors=0)
 

@@ -126,3 +126,35 @@ def test_reload_weights_from_disk_changes_the_policy(
     back = _post(policy_server.url, "/reload_weights", {"path": str(tiny_model_dir), "version": "orig"})
     assert back.json()["version"] == "orig"
     assert policy_server.engine.score(prompt, target) == pytest.approx(before, abs=1e-5)
+
+
+async def test_policy_client_retries_unavailable_then_reports_bad_requests() -> None:
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    from rollout.policy import PolicyError, RetryPolicy
+    from rollout.serving import serve_in_thread
+
+    app, hits = FastAPI(), []
+
+    @app.post("/v1/completions")
+    async def flaky(body: dict) -> JSONResponse:
+        hits.append(body)
+        if body["max_tokens"] == 99:
+            return JSONResponse({"error": {"message": "max_tokens too large"}}, 400)
+        if len(hits) < 3:
+            return JSONResponse({"error": {"message": "overloaded"}}, 503)
+        choice = {"text": "hi", "token_ids": [7, 8], "logprobs": {"token_logprobs": [-0.5, -1.5]}}
+        return JSONResponse({"choices": [{**choice, "finish_reason": "stop"}]})
+
+    with serve_in_thread(app) as url:
+        policy = CompletionsPolicy(f"{url}/v1", retry=RetryPolicy(attempts=4, base_s=0.01))
+        try:
+            generation = await policy.generate([1, 2, 3], Sampling(max_tokens=4))
+            assert generation.token_ids == [7, 8] and generation.logprobs == [-0.5, -1.5]
+            assert len(hits) == 3 and hits[0]["prompt"] == [1, 2, 3] and hits[0]["return_token_ids"] is True
+            with pytest.raises(PolicyError, match="400"):
+                await policy.generate([1], Sampling(max_tokens=99))
+            assert len(hits) == 4  # a 400 is not retried
+        finally:
+            await policy.aclose()

@@ -1,5 +1,6 @@
 """The scripted policy: realistic honest and cheating episodes, with tokens scored by the tiny model."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,30 @@ async def test_cheating_episode_is_intercepted_and_not_rewarded(gateway_client, 
     assert result.reward is not None and result.reward < 1.0
     assert result.parse_errors == 1  # the script's deliberately malformed call, shown to the model
     assert await count_intercepts(gateway_client, result) >= 2
+
+
+async def test_gateway_rejections_and_malformed_calls_are_shown_to_the_model(
+    gateway_client, chat_format, scorer, store
+) -> None:
+    from rollout.chat_format import tool_call_text
+    from rollout.scripted import ScriptedPolicy
+
+    task = TaskRegistry(["builtin"]).get(TASK)
+    texts = [
+        tool_call_text("edit_file", {"path": "statskit/core.py"}),  # missing old_str/new_str: gateway 422
+        tool_call_text("launch_rockets", {}),  # unknown tool: gateway 422
+        "I think I am done.",  # no tool call at all
+        tool_call_text("submit", {}),
+    ]
+    policy = ScriptedPolicy(texts, chat_format, scorer)
+    config = AgentConfig(max_turns=8, context_budget_tokens=16384)
+    result = await run_episode(gateway_client, policy, chat_format, task.id, task.instructions, config)
+
+    assert result.status == "submitted" and result.turns == 4
+    assert result.rejected_calls == 2 and result.parse_errors == 1
+    text = chat_format.decode(stored_rows(store, result.episode_id)[0]["token_ids"])
+    responses = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", text, re.DOTALL)
+    assert len(responses) == 3
+    assert responses[0].startswith("Error:") and "old_str" in responses[0]
+    assert responses[1].startswith("Error:") and "launch_rockets" in responses[1]
+    assert responses[2].startswith("Error: no tool call found")
