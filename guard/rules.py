@@ -350,6 +350,22 @@ def _read_rule_file(path: Path) -> list[Rule]:
 UNPARSEABLE_RULE_ID = "builtin.unparseable"
 
 
+def _gate_for(
+    rules: Sequence[Rule], indices: Iterable[int], code: bool
+) -> tuple[re.Pattern[str], frozenset[int]] | None:
+    """One regex that matches wherever any of these rules' fact regexes matches (None: cannot
+    combine, e.g. a user regex with global inline flags; then no gate, every rule is checked)."""
+    chosen = list(indices)
+    if not chosen:
+        return None
+    patterns = [(rules[i].code.fact if code else rules[i].fact) for i in chosen]  # type: ignore[union-attr]
+    try:
+        combined = re.compile("|".join(f"(?:{p.pattern})" for p in patterns if p is not None), re.MULTILINE)
+    except re.error:
+        return None
+    return combined, frozenset(chosen)
+
+
 class RuleEngine:
     """The built-in pack plus user rule files, compiled once; ``evaluate`` is one pass per call."""
 
@@ -366,6 +382,8 @@ class RuleEngine:
         # are pre-filtered on what they need (facts, code, paths, commands) before any regex.
         self._by_program: dict[str, list[int]] = {}
         self._general: list[tuple[int, Rule]] = []
+        self._call_fact_gate: tuple[re.Pattern[str], frozenset[int]] | None = None
+        self._code_fact_gate: tuple[re.Pattern[str], frozenset[int]] | None = None
         self._general_for: dict[_Shape, tuple[int, ...]] = {}
         for i, rule in enumerate(self.rules):
             if rule.programs is not None:
@@ -373,6 +391,14 @@ class RuleEngine:
                     self._by_program.setdefault(program, []).append(i)
             else:
                 self._general.append((i, rule))
+        # Gates: one combined search decides that none of a group's fact regexes can match, so the
+        # group is skipped without evaluating its rules one by one (most calls match no fact rule).
+        self._call_fact_gate = _gate_for(
+            self.rules, (i for i, r in self._general if r.fact is not None), False
+        )
+        self._code_fact_gate = _gate_for(
+            self.rules, (i for i, r in self._general if r.code is not None and r.code.fact is not None), True
+        )
 
     @classmethod
     def load(
@@ -411,7 +437,17 @@ class RuleEngine:
             general = tuple(i for i, rule in self._general if rule.needs_any(shape))
             if len(self._general_for) < 4096:  # shapes are few; the bound only guards odd tools
                 self._general_for[shape] = general
-        for i in sorted(candidates.union(general)) if candidates else general:
+        skip: set[int] = set()
+        for gate, facts in (
+            (self._call_fact_gate, normalized.facts),
+            (self._code_fact_gate, [f for b in normalized.blocks for f in b.facts]),
+        ):
+            if gate is not None and not gate[0].search("\n".join(facts)):
+                skip.update(gate[1])
+        order = sorted(candidates.union(general)) if candidates else general
+        for i in order:
+            if i in skip:
+                continue
             hit = self.rules[i].evaluate(normalized, programs, self.protected)
             if hit is not None:
                 return hit

@@ -100,6 +100,7 @@ class Findings:
     blocks: list[CodeBlock] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)  # absolute path -> content written here
     nodes: int = 0
+    scanned: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
 
     def add_path(self, path: str, cwd: str = WORKSPACE) -> str:
         full = absolute(path, cwd)
@@ -112,6 +113,10 @@ class Findings:
             raise Unparseable("code nested too deeply")
         if len(text) > MAX_CODE_CHARS:
             raise Unparseable(f"code block over {MAX_CODE_CHARS} characters")
+        seen = self.scanned.get((lang, text))
+        if seen is not None:  # written and then run in the same call: scanned once, recorded twice
+            self.blocks.append(CodeBlock(lang, text, origin, path, seen))
+            return
         facts: list[str] = []
         if lang in ("python", "pth"):
             source = (
@@ -144,7 +149,9 @@ class Findings:
                 self.add_path(p, cwd)
             for cmd in ff.shell:
                 ShellWalker(self, depth + 1, f"{lang} system", cwd).run(c_unescape(cmd))
-        self.blocks.append(CodeBlock(lang, text, origin, path, tuple(dict.fromkeys(facts))))
+        unique = tuple(dict.fromkeys(facts))
+        self.scanned[(lang, text)] = unique
+        self.blocks.append(CodeBlock(lang, text, origin, path, unique))
 
     def note_write(self, path: str, content: str | None, cwd: str, depth: int) -> None:
         """A file written (or truncated) by the call; its content is scanned as code when known."""
