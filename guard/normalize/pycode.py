@@ -170,7 +170,8 @@ class _Visitor:
             if isinstance(target, ast.Attribute):
                 self.out.facts.append(f"assign_attr:{target.attr}")
         if isinstance(target, ast.Name):
-            self.out.facts.append(f"assign:{target.id}")
+            if target.id in _WATCHED_NAMES or target.id.startswith("pytest_"):
+                self.out.facts.append(f"assign:{target.id}")
             if target.id in ("__eq__", "__ne__") and _always_const(value):
                 self.out.facts.append("always_equal")
         if isinstance(target, ast.Tuple | ast.List):
@@ -325,6 +326,25 @@ _HANDLERS = {
     if name.startswith("visit_")
 }
 _SKIP = frozenset({ast.Load, ast.Store, ast.Del, *ast.operator.__subclasses__(), *ast.cmpop.__subclasses__()})
+# plain-name assignments worth a fact (every local variable would only be noise)
+_WATCHED_NAMES = frozenset(
+    {
+        "pytestmark",
+        "collect_ignore",
+        "collect_ignore_glob",
+        "__eq__",
+        "__ne__",
+        "__hash__",
+        "AssertionError",
+        "__builtins__",
+        "__import__",
+        "exit",
+        "quit",
+        "open",
+        "print",
+        "input",
+    }
+)
 _TRIVIAL_CALLS = frozenset(
     [
         "len",
