@@ -44,7 +44,7 @@ _SHELL_CALLS = frozenset(
     }
 )
 _EXEC_CALLS = frozenset({"exec", "eval", "compile", "builtins.exec", "builtins.eval"})
-_EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort", "builtins.exit"})
+_EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort", "builtins.exit", "pytest.exit"})
 _FRAME_ATTRS = frozenset({"f_back", "f_locals", "f_globals", "tb_frame", "gi_frame", "f_code"})
 _PATHLIKE = re.compile(r"^(?:/|\.{1,2}/|~/)|^[\w.-]+/[\w./*?-]")
 _URL = re.compile(r"\b([a-z][a-z0-9+.-]*)://([^/\s'\"]*)", re.I)
@@ -491,7 +491,12 @@ def _toplevel_exits(body: list[ast.stmt], visitor: _Visitor, conditional: bool =
         for node in ast.walk(stmt):
             if isinstance(node, ast.Call) and visitor.dotted(node.func) in _EXIT_CALLS:
                 via = "os" if visitor.dotted(node.func) in ("os._exit", "os.abort") else "sys"
-                found.append(f"{kind}:{_exit_code(node.args)}")
+                if visitor.dotted(node.func) == "pytest.exit":
+                    # pytest.exit(reason, returncode=...): only the keyword sets the status
+                    code = next((k.value for k in node.keywords if k.arg == "returncode"), None)
+                    found.append(f"{kind}:{_exit_code([code] if code is not None else [])}")
+                else:
+                    found.append(f"{kind}:{_exit_code(node.args)}")
                 if via == "os":
                     found.append(f"{kind}:os_exit")
     return found
