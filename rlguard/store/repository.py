@@ -110,20 +110,31 @@ class Store:
             )
 
     def record_call(self, row: ToolCallRow) -> None:
-        """Insert one call and touch its episode in one transaction: both land or neither does.
+        """Insert one call and touch its episode in one transaction: both land or neither does."""
+        self.record_calls([row])
 
-        Core statements on a plain connection: this runs once per tool call, and the ORM's unit of
-        work costs ~2.5x the CPU here for no benefit.
+    def record_calls(self, rows: Sequence[ToolCallRow]) -> None:
+        """Insert calls (of any episodes) and touch their episodes, all in one transaction.
+
+        Core statements on a plain connection: this runs for every tool call, and the ORM's unit
+        of work costs ~2.5x the CPU here for no benefit.
         """
-        values = {column: getattr(row, column) for column in _CALL_COLUMNS}
         episodes = EpisodeRow.__table__
+        touched: dict[str, tuple[int, datetime]] = {}
+        for row in rows:
+            count, last = touched.get(row.episode_id, (0, row.created_at))
+            touched[row.episode_id] = (count + 1, max(last, row.created_at))
         with self.engine.begin() as connection:
-            connection.execute(ToolCallRow.__table__.insert(), values)
             connection.execute(
-                episodes.update()
-                .where(episodes.c.id == row.episode_id)
-                .values(num_calls=episodes.c.num_calls + 1, last_activity_at=row.created_at)
+                ToolCallRow.__table__.insert(),
+                [{column: getattr(row, column) for column in _CALL_COLUMNS} for row in rows],
             )
+            for episode_id, (count, last) in touched.items():
+                connection.execute(
+                    episodes.update()
+                    .where(episodes.c.id == episode_id)
+                    .values(num_calls=episodes.c.num_calls + count, last_activity_at=last)
+                )
 
     def end_episode(
         self,

@@ -21,6 +21,7 @@ from guard.types import Action, Category, GuardContext, GuardDecision, Stage, To
 from rlguard.gateway.auth import hash_token, hashes_equal, new_token
 from rlguard.gateway.dbrunner import DbRunner
 from rlguard.gateway.metrics import GatewayMetrics
+from rlguard.gateway.recorder import CallRecorder
 from rlguard.gateway.schemas import CallRequest, SubTrajectoryUpload
 from rlguard.gateway.services.tool_runner import run_tool
 from rlguard.gateway.settings import GatewaySettings
@@ -100,6 +101,7 @@ class EpisodeService:
         settings: GatewaySettings,
     ) -> None:
         self.db = db
+        self.recorder = CallRecorder(db)
         self.catalog = catalog
         self.grade = grade
         self.backend = backend
@@ -263,7 +265,7 @@ class EpisodeService:
                 total_ms=total_ms,
                 created_at=utcnow(),
             )
-            await self.db.run(self.db.store.record_call, row)
+            await self.recorder.record(row)
             live.next_seq += 1
             live.last_activity = time.monotonic()
             live.recent.append(f"{request.tool}: {decision.normalized}"[:RECENT_TURN_CHARS])
