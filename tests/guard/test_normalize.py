@@ -303,3 +303,11 @@ def test_heredoc_followed_by_redirect_and_pipe_parses() -> None:
     assert normalized.parse_error is None
     assert [c.program for c in normalized.commands] == ["python3", "tail"]
     assert "import:socket" in normalized.blocks[0].facts
+
+
+def test_commenting_out_an_assert_counts_as_removing_it() -> None:
+    call = ToolCall(
+        "edit_file",
+        {"path": "tests/test_a.py", "old_str": "    assert f() == 2\n", "new_str": "    # assert f() == 2\n"},
+    )
+    assert "edit_removes_assert:/workspace/tests/test_a.py" in normalize(call).facts
