@@ -23,6 +23,7 @@ def _compose_command() -> list[str]:
         return ["docker", "compose"]
     if not shutil.which("docker-compose") and os.geteuid() == 0 and shutil.which("apt-get"):
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True)
         subprocess.run(["apt-get", "install", "-y", "-qq", "docker-compose"], env=env, capture_output=True)
     if shutil.which("docker-compose"):
         return ["docker-compose"]
