@@ -265,9 +265,11 @@ async def run_episode(
     except GatewayError as exc:
         result.error = f"{result.error}; finish: {exc}" if result.error else f"finish: {exc}"
         result.status = "error"
+    # A sub-trajectory the policy generated nothing in (the episode ended right after a compaction,
+    # or the first generation failed) has nothing to train on; only a trailing one can be empty.
+    result.sub_trajectories = [t for t in result.sub_trajectories if t.num_action_tokens]
     for traj in result.sub_trajectories:
-        if traj.token_ids:
-            await gateway.upload_subtrajectory(handle.episode_id, traj.to_record())
+        await gateway.upload_subtrajectory(handle.episode_id, traj.to_record())
     result.wall_s = time.monotonic() - started
     return result
 
