@@ -196,18 +196,23 @@ class _Visitor:
 
     def run(self, tree: ast.AST) -> None:
         handlers = _HANDLERS
+        child_fields = _CHILD_FIELDS
         stack: list[ast.AST] = [tree]
         while stack:
             node = stack.pop()
-            handler = handlers.get(type(node))
+            kind = type(node)
+            handler = handlers.get(kind)
             if handler is not None:
                 handler(self, node)
+            fields = child_fields.get(kind)
+            if fields is None:
+                fields = child_fields[kind] = tuple(f for f in kind._fields if f not in _SCALAR_FIELDS)
             children: list[ast.AST] = []
-            for name in node._fields:
+            for name in fields:
                 value = getattr(node, name, None)
-                if isinstance(value, list):
-                    children.extend(v for v in value if isinstance(v, ast.AST) and type(v) not in _SKIP)
-                elif isinstance(value, ast.AST) and type(value) not in _SKIP:
+                if value.__class__ is list:
+                    children.extend(v for v in value if isinstance(v, ast.AST))
+                elif isinstance(value, ast.AST):
                     children.append(value)
             children.reverse()
             stack.extend(children)
@@ -325,7 +330,33 @@ _HANDLERS = {
     for name in dir(_Visitor)
     if name.startswith("visit_")
 }
-_SKIP = frozenset({ast.Load, ast.Store, ast.Del, *ast.operator.__subclasses__(), *ast.cmpop.__subclasses__()})
+# fields that never hold child nodes (names, operators, contexts, constants' values)
+_SCALAR_FIELDS = frozenset(
+    {
+        "id",
+        "attr",
+        "ctx",
+        "name",
+        "asname",
+        "module",
+        "level",
+        "arg",
+        "kind",
+        "type_comment",
+        "is_async",
+        "conversion",
+        "n",
+        "s",
+        "simple",
+        "tag",
+        "op",
+        "ops",
+        "names",
+        "type_ignores",
+        "rest",
+    }
+)
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {ast.Constant: ()}
 # plain-name assignments worth a fact (every local variable would only be noise)
 _WATCHED_NAMES = frozenset(
     {
