@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-import codecs
 import re
+from collections.abc import Callable
 
 from guard.normalize.words import c_unescape
 
@@ -130,7 +130,11 @@ def _input(args: list[str], stdin: str | None, files: dict[str, str]) -> str | N
 
 
 def static_output(
-    program: str, argv: list[str], stdin: str | None, files: dict[str, str], resolve_file=None
+    program: str,
+    argv: list[str],
+    stdin: str | None,
+    files: dict[str, str],
+    resolve_file: Callable[[str], str] | None = None,
 ) -> str | None:
     """What ``argv`` prints, when it is a pure text transform of known input; else None."""
     args = argv[1:]
@@ -174,8 +178,6 @@ def static_output(
             out = "\n".join(line[::-1] for line in lines)
     elif program == "tr" and stdin is not None:
         out = _tr(args, stdin)
-    elif program in ("rot13",) and stdin is not None:
-        out = codecs.decode(stdin, "rot13")
     if out is not None and len(out) > MAX_OUTPUT:
         out = out[:MAX_OUTPUT]
     return out
