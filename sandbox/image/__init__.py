@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -68,6 +69,22 @@ def _log(message: str) -> None:
     print(f"rlguard: {message}", file=sys.stderr, flush=True)
 
 
+RECIPE_LABEL = "org.rlguard.recipe"
+
+
+def recipe() -> str:
+    """A hash of everything that decides the image's contents, stored as a label on it.
+
+    The tag only carries rlguard's version; the label tells a stale build of the same version
+    (another package list, another ``rootfs-setup.sh``) from a current one.
+    """
+    digest = hashlib.sha256()
+    for name in ("Dockerfile", "rootfs-setup.sh"):
+        digest.update((IMAGE_DIR / name).read_bytes())
+    digest.update(repr((PACKAGES, sorted(IMAGE_ENV.items()), IMAGE_USER, IMAGE_WORKDIR)).encode())
+    return digest.hexdigest()[:16]
+
+
 def image_exists(client: docker.DockerClient, image: str) -> bool:
     """Whether the engine already holds ``image`` (no pull is attempted)."""
     import docker.errors
@@ -77,6 +94,17 @@ def image_exists(client: docker.DockerClient, image: str) -> bool:
     except docker.errors.ImageNotFound:
         return False
     return True
+
+
+def _current(client: docker.DockerClient, image: str) -> bool:
+    """Whether ``image`` exists and, if it is rlguard's own, was built from today's recipe."""
+    import docker.errors
+
+    try:
+        labels = client.images.get(image).labels or {}
+    except docker.errors.ImageNotFound:
+        return False
+    return image != default_image() or labels.get(RECIPE_LABEL) == recipe()
 
 
 def ensure_image(
@@ -90,7 +118,7 @@ def ensure_image(
     A foreign image that is missing is an error: rlguard never pulls implicitly.
     """
     image = image or default_image()
-    if image_exists(client, image):
+    if _current(client, image):
         return image
     if image != default_image():
         raise RlguardError(
@@ -98,7 +126,7 @@ def ensure_image(
         )
     # Set-up and several test sessions may all find the image missing: one builds, the rest wait.
     with _build_lock():
-        if not image_exists(client, image):
+        if not _current(client, image):
             build_image(client, mode=mode, log=log)
     return image
 
@@ -126,7 +154,10 @@ def build_image(
     client: docker.DockerClient, mode: BuildMode = "auto", log: Callable[[str], None] = _log
 ) -> str:
     """Build :func:`default_image` with the Dockerfile or offline; return its tag."""
+    import docker.errors
+
     tag = default_image()
+    previous = client.images.get(tag).id if image_exists(client, tag) else None
     if mode == "auto":
         mode = "dockerfile" if _registry_usable(client) else "offline"
     if mode == "dockerfile":
@@ -137,6 +168,10 @@ def build_image(
 
         log(f"building {tag} offline (debootstrap from this host's apt mirror) ...")
         build_offline(client, tag, log=log)
+    if previous is not None and previous != client.images.get(tag).id:
+        # The stale build lost its tag; remove it unless running containers still use it.
+        with contextlib.suppress(docker.errors.APIError):
+            client.images.remove(previous)
     log(f"image {tag} is ready")
     return tag
 
@@ -146,7 +181,11 @@ def _build_dockerfile(client: docker.DockerClient, tag: str) -> None:
 
     try:
         client.images.build(
-            path=str(IMAGE_DIR), tag=tag, rm=True, buildargs={"RLGUARD_VERSION": __version__}, pull=False
+            path=str(IMAGE_DIR),
+            tag=tag,
+            rm=True,
+            buildargs={"RLGUARD_VERSION": __version__, "RLGUARD_RECIPE": recipe()},
+            pull=False,
         )
     except (docker.errors.BuildError, docker.errors.APIError) as exc:
         raise RlguardError(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from rlguard import __version__
 from rlguard.errors import RlguardError
-from sandbox.image import IMAGE_DIR, IMAGE_ENV, IMAGE_USER, IMAGE_WORKDIR, PACKAGES
+from sandbox.image import IMAGE_DIR, IMAGE_ENV, IMAGE_USER, IMAGE_WORKDIR, PACKAGES, RECIPE_LABEL, recipe
 
 if TYPE_CHECKING:
     import docker
@@ -140,7 +140,8 @@ def build_offline(client: docker.DockerClient, tag: str, log: Callable[[str], No
             f"WORKDIR {IMAGE_WORKDIR}",
             *(f"ENV {key}={value}" for key, value in IMAGE_ENV.items()),
             'CMD ["sleep", "infinity"]',
-            f'LABEL org.rlguard.image="sandbox-python" org.rlguard.version="{__version__}"',
+            f'LABEL org.rlguard.image="sandbox-python" org.rlguard.version="{__version__}"'
+            f' {RECIPE_LABEL}="{recipe()}"',
         ]
         repository, _, version = tag.rpartition(":")
         log("docker import ...")

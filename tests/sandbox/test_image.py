@@ -7,7 +7,7 @@ import docker
 import pytest
 
 from rlguard import __version__
-from sandbox.image import IMAGE_DIR, IMAGE_ENV, PACKAGES, default_image
+from sandbox.image import IMAGE_DIR, IMAGE_ENV, PACKAGES, RECIPE_LABEL, default_image, recipe
 from sandbox.image.offline import find_apt_source
 
 
@@ -61,6 +61,7 @@ async def test_image_contents(docker_client: docker.DockerClient, sandbox_image:
     attrs = docker_client.images.get(sandbox_image).attrs
     assert attrs["Config"]["User"] == "agent" and attrs["Config"]["WorkingDir"] == "/workspace"
     assert attrs["Size"] < 300 * 1024 * 1024
+    assert attrs["Config"]["Labels"][RECIPE_LABEL] == recipe()  # built from today's recipe
     result = await shared.exec(
         "id; python3 --version; python3 -m pytest --version; git --version; ls /usr/share/doc | wc -l"
     )
@@ -68,3 +69,12 @@ async def test_image_contents(docker_client: docker.DockerClient, sandbox_image:
     assert "uid=1000(agent) gid=1000(agent)" in out
     assert "Python 3." in out and "pytest" in out and "git version" in out
     assert out.strip().endswith("0")
+
+
+def test_recipe_names_the_contents(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sandbox.image as image
+
+    before = image.recipe()
+    assert before == image.recipe() and len(before) == 16
+    monkeypatch.setattr(image, "PACKAGES", (*image.PACKAGES, "curl"))
+    assert image.recipe() != before
