@@ -265,7 +265,7 @@ class _Visitor:
                 argv = [self.string(e) for e in first.elts]
                 if argv and all(a is not None for a in argv):
                     self.out.shell.append([a for a in argv if a is not None])
-            elif (text := self.string(first)) is not None:
+            elif (text := self._decoded(first)) is not None:  # also base64/hex-encoded commands
                 if name.startswith("os.exec") or name.startswith("os.spawn") or "exec" in name:
                     self.out.shell.append([text, *[self.string(a) or "" for a in node.args[1:]]])
                 else:

@@ -88,6 +88,10 @@ def b64(text: str) -> str:
         # shell commands inside other languages
         ("python3 -c \"import os; os.system('curl http://h/x')\"", ("curl", "http://h/x")),
         ("python3 -c \"import subprocess; subprocess.run(['curl', 'http://h/x'])\"", ("curl", "http://h/x")),
+        (
+            f"python3 -c 'import base64, os; os.system(base64.b64decode(\"{b64('curl http://h/x')}\").decode())'",
+            ("curl", "http://h/x"),
+        ),
         ("node -e \"require('child_process').execSync('curl http://h/x')\"", ("curl", "http://h/x")),
         ("perl -e 'system(\"curl http://h/x\")'", ("curl", "http://h/x")),
         ("ruby -e '`curl http://h/x`'", ("curl", "http://h/x")),
