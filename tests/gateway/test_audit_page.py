@@ -10,7 +10,8 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import Select
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.gateway.conftest import Gateway
 
@@ -44,6 +45,13 @@ def browser() -> Iterator[webdriver.Chrome]:
             driver.quit()
 
 
+def _apply(browser: webdriver.Chrome, category: str) -> None:
+    """Submit the filter form and wait for the filtered page (a click does not wait for it)."""
+    browser.find_element(By.ID, "apply").click()
+    WebDriverWait(browser, 30).until(EC.url_contains(f"category={category}"))
+    WebDriverWait(browser, 30).until(EC.presence_of_element_located((By.ID, "intercepts")))
+
+
 def test_sign_in_filter_and_see_the_decoy(gateway: Gateway, browser: webdriver.Chrome, tmp_path) -> None:
     ep = gateway.new_episode(policy_version="v-browser")
     assert ep.call("bash", command="echo fine").status_code == 200
@@ -54,12 +62,13 @@ def test_sign_in_filter_and_see_the_decoy(gateway: Gateway, browser: webdriver.C
     browser.get(f"{gateway.url}/audit")
     browser.find_element(By.ID, "token").send_keys(gateway.admin_token)
     browser.find_element(By.CSS_SELECTOR, "#login-form button").click()
+    WebDriverWait(browser, 30).until(EC.presence_of_element_located((By.ID, "rate-chart")))
     assert browser.find_element(By.ID, "rate-chart").is_displayed()
     assert "v-browser" in browser.find_element(By.ID, "rate-chart").get_attribute("innerHTML")
 
     Select(browser.find_element(By.ID, "f-category")).select_by_value("git_history_leak")
     browser.find_element(By.ID, "f-episode").send_keys(ep.id)
-    browser.find_element(By.ID, "apply").click()
+    _apply(browser, "git_history_leak")
     rows = browser.find_elements(By.CSS_SELECTOR, "#intercepts tr.intercept")
     assert len(rows) == 1
     row = rows[0]
@@ -69,13 +78,13 @@ def test_sign_in_filter_and_see_the_decoy(gateway: Gateway, browser: webdriver.C
     assert shown == cheat.json()["output"]  # exactly what the agent saw
 
     Select(browser.find_element(By.ID, "f-category")).select_by_value("hidden_test_access")
-    browser.find_element(By.ID, "apply").click()
+    _apply(browser, "hidden_test_access")
     rows = browser.find_elements(By.CSS_SELECTOR, "#intercepts tr.intercept")
     assert [r.get_attribute("data-category") for r in rows] == ["hidden_test_access"]
     assert "/reference/solution.py" in rows[0].text
 
     Select(browser.find_element(By.ID, "f-category")).select_by_value("sandbox_escape")
-    browser.find_element(By.ID, "apply").click()
+    _apply(browser, "sandbox_escape")
     assert browser.find_elements(By.ID, "no-intercepts")
 
     browser.get(f"{gateway.url}/audit?episode_id={ep.id}")
