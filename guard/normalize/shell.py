@@ -50,6 +50,7 @@ _HEREDOC_THEN_REDIRECT = re.compile(
     r"""(?P<redirects>(?:[ \t]+\d*(?:>>?|<|&>>?|>&|<&)[ \t]*[^\s|;&<>]+)+)"""
 )
 _GLOB = re.compile(r"[*?\[]")
+_ARRAY_ALL = re.compile(r'^"?\$\{\w+\[@\]\}"?$')
 _STATIC_BASENAME = re.compile(r"/[A-Za-z0-9_.+-]+$")
 _WRITE_OPS = frozenset({">", ">>", ">|", "&>", "&>>"})
 _NULL_SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "-"})
@@ -210,6 +211,7 @@ class ShellWalker:
         self.source = source
         self.cwd = cwd
         self.vars: dict[str, str] = dict(_DEFAULT_VARS)
+        self.aliases: dict[str, str] = {}
         self.fd = 63
 
     # ---- entry -------------------------------------------------------------------------------
@@ -429,6 +431,8 @@ class ShellWalker:
         kinds = {c.type for c in node.children} if node.type == "concatenation" else {node.type}
         if kinds & _SPLIT_KINDS and not kinds & _QUOTED_KINDS:
             return text.split(), dynamic
+        if _ARRAY_ALL.match(_text(node)):  # "${cmd[@]}": one word per element even when quoted
+            return text.split(), dynamic
         return [text], dynamic
 
     def word(self, node: Node, level: int) -> tuple[str, bool]:
@@ -490,6 +494,8 @@ class ShellWalker:
         text transforms; return the command's output when known."""
         if len(self.f.commands) >= MAX_COMMANDS:
             raise Unparseable("too many commands")
+        if argv[0] in self.aliases and source != "alias":
+            return self.dispatch([*self.aliases[argv[0]].split(), *argv[1:]], stdin, level, "alias")
         word = argv[0]
         name = programs.program_name(word)
         if _GLOB.search(name) and (matches := programs.expand_program_glob(name)):
@@ -508,6 +514,12 @@ class ShellWalker:
             target = next((a for a in argv[1:] if not a.startswith("-")), "/root")
             self.cwd = absolute(target, self.cwd)
             self.vars["PWD"] = self.cwd
+            return None
+        if name == "alias":
+            for arg in argv[1:]:
+                key, eq, value = arg.partition("=")
+                if eq:
+                    self.aliases[key] = value
             return None
         if name in ("export", "declare", "typeset", "local", "readonly"):
             for arg in argv[1:]:

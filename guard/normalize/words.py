@@ -88,6 +88,15 @@ def expand_parameter(text: str, lookup: dict[str, str]) -> str | None:
         return lookup.get(value) if value is not None else None
     if not rest:
         return value
+    index = re.match(r"^\[([@*]|\d+)\]$", rest)
+    if index:  # arrays are kept as their words joined by spaces
+        if value is None:
+            return None
+        if index.group(1) in "@*":
+            return value
+        words = value.split()
+        position = int(index.group(1))
+        return words[position] if position < len(words) else ""
     for op in (":-", ":=", "-", "="):
         if rest.startswith(op):
             word = rest[len(op) :]

@@ -44,6 +44,8 @@ def b64(text: str) -> str:
         ("v=cxrl; ${v/x/u} http://h/x", ("curl", "http://h/x")),
         ('X="curl http://h/x"; $X', ("curl", "http://h/x")),
         ("export P=curl; $P http://h/x", ("curl", "http://h/x")),
+        ('cmd=(curl http://h/x); "${cmd[@]}"', ("curl", "http://h/x")),
+        ("alias c=curl; c http://h/x", ("curl", "http://h/x")),
         # wrappers
         ("env -i A=1 curl http://h/x", ("curl", "http://h/x")),
         ("timeout -s KILL 5 curl http://h/x", ("curl", "http://h/x")),
