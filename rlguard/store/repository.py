@@ -103,12 +103,6 @@ class Store:
         with self.sessions.begin() as session:
             session.add(row)
 
-    def set_sandbox(self, episode_id: str, sandbox_id: str) -> None:
-        with self.sessions.begin() as session:
-            session.execute(
-                update(EpisodeRow).where(EpisodeRow.id == episode_id).values(sandbox_id=sandbox_id)
-            )
-
     def record_call(self, row: ToolCallRow) -> None:
         """Insert one call and touch its episode in one transaction: both land or neither does."""
         self.record_calls([row])
@@ -186,13 +180,6 @@ class Store:
         with self.sessions() as session:
             return session.scalar(select(EpisodeRow.id).where(EpisodeRow.agent_token_hash == token_hash))
 
-    def next_call_seq(self, episode_id: str) -> int:
-        with self.sessions() as session:
-            last = session.scalar(
-                select(func.max(ToolCallRow.seq)).where(ToolCallRow.episode_id == episode_id)
-            )
-            return 0 if last is None else last + 1
-
     # -- sub-trajectories (written by the rollout runner, read by the trainer) ------------------
 
     def add_sub_trajectory(self, row: SubTrajectoryRow) -> None:
@@ -201,36 +188,6 @@ class Store:
                 session.add(row)
         except IntegrityError as exc:
             raise DuplicateError(f"sub-trajectory {row.index} of episode {row.episode_id} exists") from exc
-
-    def unconsumed_sub_trajectories(
-        self, limit: int, *, policy_version: str | None = None
-    ) -> list[SubTrajectoryRow]:
-        """Trainable rows of ended episodes that no trainer step has used yet, oldest first."""
-        with self.sessions() as session:
-            stmt = (
-                select(SubTrajectoryRow)
-                .join(EpisodeRow)
-                .where(
-                    SubTrajectoryRow.consumed_at.is_(None),
-                    SubTrajectoryRow.trainable.is_(True),
-                    EpisodeRow.status != EpisodeStatus.RUNNING.value,
-                )
-                .order_by(SubTrajectoryRow.id)
-                .limit(limit)
-            )
-            if policy_version is not None:
-                stmt = stmt.where(SubTrajectoryRow.policy_version == policy_version)
-            return list(session.scalars(stmt))
-
-    def mark_consumed(self, ids: Sequence[int], step: int) -> int:
-        """Mark rows used by trainer ``step``; rows already consumed are left alone. Returns how many."""
-        with self.sessions.begin() as session:
-            result = session.execute(
-                update(SubTrajectoryRow)
-                .where(SubTrajectoryRow.id.in_(list(ids)), SubTrajectoryRow.consumed_at.is_(None))
-                .values(consumed_at=utcnow(), consumed_by_step=step)
-            )
-            return result.rowcount
 
     # -- audit ------------------------------------------------------------------------------------
 

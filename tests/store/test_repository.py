@@ -126,20 +126,15 @@ def test_interrupt_running_marks_only_running(store: Store) -> None:
     assert store.episode("e2").status == "finished"
 
 
-def test_sub_trajectories_unique_per_index_and_consumed_once(store: Store) -> None:
+def test_sub_trajectories_unique_per_index(store: Store) -> None:
     _episode(store, "e1")
     store.add_sub_trajectory(_sub("e1", 0))
     store.add_sub_trajectory(_sub("e1", 1, trainable=False))
     with pytest.raises(DuplicateError):
         store.add_sub_trajectory(_sub("e1", 0))
-    assert store.unconsumed_sub_trajectories(10) == []  # episode still running
-    store.end_episode("e1", EpisodeStatus.FINISHED, reward=1.0)
-    rows = store.unconsumed_sub_trajectories(10)
-    assert [r.index for r in rows] == [0]
-    assert decode_token_ids(rows[0].token_ids).tolist() == [100, 101, 102, 103, 104]
-    assert store.mark_consumed([rows[0].id], step=7) == 1
-    assert store.mark_consumed([rows[0].id], step=8) == 0
-    assert store.unconsumed_sub_trajectories(10) == []
+    row = store.episode("e1", with_children=True)
+    assert [(s.index, s.trainable) for s in row.sub_trajectories] == [(0, True), (1, False)]
+    assert decode_token_ids(row.sub_trajectories[0].token_ids).tolist() == [100, 101, 102, 103, 104]
 
 
 def test_intercepts_filter_and_stats(store: Store) -> None:

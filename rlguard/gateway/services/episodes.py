@@ -1,8 +1,8 @@
 """Episode lifecycle: create (sandbox from the warm pool), guarded calls, finish (grade), time out.
 
-Live episodes are held in memory (sandbox, guard, lock, next call number) so the hot path of a
-call touches the database once: the insert of its record, committed before the answer leaves.
-Calls of one episode are serialised by its lock; different episodes run concurrently.
+Live episodes are held in memory (sandbox, lock, next call number, recent turns) so the hot path
+of a call touches the database once: the insert of its record, committed before the answer
+leaves. Calls of one episode are serialised by its lock; different episodes run concurrently.
 """
 
 from __future__ import annotations
@@ -88,6 +88,8 @@ class LiveEpisode:
 
 
 class EpisodeService:
+    """Owns the live episodes of one gateway process (one gateway per Docker host)."""
+
     def __init__(
         self,
         *,
