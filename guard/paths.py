@@ -95,6 +95,9 @@ class ProtectedPaths:
     def __init__(self, patterns: Sequence[str]) -> None:
         self.patterns = tuple(dict.fromkeys(p for p in patterns if p and p.strip()))
         self._compiled = tuple(_compile(p) for p in self.patterns)
+        # one search for all patterns; the named group that took part says which one matched
+        alternatives = "|".join(f"(?P<p{i}>{c.regex.pattern})" for i, c in enumerate(self._compiled))
+        self._any = re.compile(alternatives) if alternatives else None
 
     def match(self, path: str, cwd: str = WORKSPACE) -> str | None:
         """The protected pattern ``path`` falls under (itself or any descendant), or None."""
@@ -103,10 +106,10 @@ class ProtectedPaths:
         full = absolute(path, cwd)
         if _GLOB_CHARS.search(full):
             return self._match_glob(full)
-        for pattern in self._compiled:
-            if pattern.regex.search(full):
-                return pattern.source
-        return None
+        hit = self._any.search(full) if self._any is not None else None
+        if hit is None or hit.lastgroup is None:
+            return None
+        return self._compiled[int(hit.lastgroup[1:])].source
 
     def _match_glob(self, full: str) -> str | None:
         arg = tuple(c for c in full.split("/") if c)
