@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rlguard.errors import RlguardError
+from rlguard.settings import Settings
 
 console = Console()
 
@@ -36,6 +37,29 @@ def parse_since(value: str | None) -> datetime | None:
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
 
 
+def _preflight(settings: Settings) -> None:
+    """Fail with one clear line (not a lifespan traceback) when the engine or the database is unusable."""
+    import docker
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from rlguard.store.migrate import upgrade
+    from sandbox.docker_backend import resolve_docker_host
+
+    host = resolve_docker_host(settings.docker_host)
+    try:
+        client = docker.DockerClient(base_url=host, timeout=10)
+        client.ping()
+        client.close()
+    except docker.errors.DockerException as exc:
+        raise RlguardError(f"no Docker engine answers at {host}: {exc}") from exc
+    try:
+        upgrade(settings.resolved_database_url)
+    except SQLAlchemyError as exc:
+        raise RlguardError(
+            f"cannot migrate the database: {exc.__class__.__name__}: {exc.orig or exc}"
+        ) from exc
+
+
 def serve(
     host: str | None = typer.Option(None, help="Listen address (default: settings.gateway.host)"),
     port: int | None = typer.Option(None, help="Listen port (default: settings.gateway.port)"),
@@ -48,6 +72,7 @@ def serve(
     from rlguard.settings import get_settings
 
     settings = get_settings()
+    _preflight(settings)
     configure_json_logging()
     uvicorn.run(
         create_app(settings),

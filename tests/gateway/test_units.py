@@ -76,3 +76,19 @@ def test_audit_since_must_be_iso_8601() -> None:
     with pytest.raises(RlguardError, match="ISO 8601"):
         parse_since("yesterday")
     assert parse_since("2026-01-31T12:00").tzinfo is not None
+
+
+def test_serve_without_an_engine_fails_with_one_line(tmp_path) -> None:
+    env = {
+        **os.environ,
+        "RLGUARD_DOCKER_HOST": f"unix://{tmp_path / 'no-engine.sock'}",
+        "RLGUARD_STATE_DIR": str(tmp_path),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "rlguard", "serve", "--port", "1"], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert (
+        result.stderr.startswith("error: no Docker engine answers at unix://")
+        and "Traceback" not in result.stderr
+    )
