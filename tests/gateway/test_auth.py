@@ -77,3 +77,19 @@ def test_audit_page_wants_the_admin_token(gateway: Gateway, two_episodes) -> Non
         login = browser.get("/audit", params={"token": gateway.admin_token})
         assert login.status_code == 200 and "intercept rate per policy version" in login.text
         assert gateway.admin_token not in browser.cookies.get("rlguard_audit", "")
+
+
+def test_audit_page_survives_bad_query_parameters(gateway: Gateway) -> None:
+    with httpx.Client(base_url=gateway.url, follow_redirects=True) as browser:
+        assert browser.get("/audit", params={"token": gateway.admin_token}).status_code == 200
+        for params in (
+            {"page": "abc"},
+            {"page": "-5"},
+            {"since": "not-a-time"},
+            {"category": "<script>alert(1)</script>"},
+            {"episode_id": "x" * 5000},
+            {"policy_version": "\u2603"},
+        ):
+            response = browser.get("/audit", params=params)
+            assert response.status_code == 200, params
+            assert "<script>alert(1)</script>" not in response.text  # escaped
