@@ -68,9 +68,9 @@ async def sandbox(backend: DockerBackend, spec: SandboxSpec) -> AsyncIterator[Do
     await sandbox.destroy()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 async def shared(backend: DockerBackend, sandbox_image: str) -> AsyncIterator[DockerSandbox]:
-    """One sandbox shared by a module's read-only probes (keeps container counts small)."""
+    """One sandbox shared by the probes that leave it as they found it (keeps container counts small)."""
     sandbox = await backend.create(
         SandboxSpec(image=sandbox_image, limits=small_limits(), episode_id="shared")
     )
