@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -75,11 +76,17 @@ async def _exec_once(argv: list[str], image: str, limits: SandboxLimits, workspa
         backend = DockerBackend.from_settings(get_settings())
     except SandboxError as exc:
         raise RlguardError(str(exc)) from None
+    # SIGTERM/SIGHUP/SIGINT cancel the run, so the sandbox is removed before the process exits.
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
     try:
         sandbox = await backend.create(SandboxSpec(image=image, limits=limits, workspace=workspace))
         result = await sandbox.exec(shlex.join(argv))
     except SandboxError as exc:
         raise RlguardError(str(exc)) from None
+    except asyncio.CancelledError:
+        raise RlguardError("interrupted; the sandbox was removed") from None
     finally:
         await backend.close()
     sys.stdout.write(result.output)

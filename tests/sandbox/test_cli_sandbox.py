@@ -60,3 +60,30 @@ def test_gc_and_image_ensure_commands(sandbox_image: str) -> None:
     assert gc.returncode == 0 and "removed 0" in gc.stdout
     ensure = rlguard("sandbox", "image", "ensure")
     assert ensure.returncode == 0 and ensure.stdout.strip() == sandbox_image
+
+
+def test_terminated_exec_removes_its_sandbox(sandbox_image: str, docker_client) -> None:
+    import signal
+    import time
+
+    instance = "test-cli-term"
+    label = {"label": f"rlguard.instance={instance}"}
+    proc = subprocess.Popen(
+        [*RLGUARD, "sandbox", "exec", "--", "sleep", "60"],
+        env={**os.environ, "RLGUARD_INSTANCE": instance},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for _ in range(300):
+            if docker_client.containers.list(filters=label):
+                break
+            time.sleep(0.1)
+        time.sleep(1.0)  # let the command start inside
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2 and "interrupted" in err
+    assert docker_client.containers.list(all=True, filters=label) == []
