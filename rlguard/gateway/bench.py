@@ -90,7 +90,7 @@ class _Server:
 
 def _create_episode(client: httpx.Client) -> tuple[str, str]:
     response = client.post("/v1/episodes", json={"task": TASK, "policy_version": "bench"})
-    if response.status_code != 201:
+    if response.status_code != 200:
         raise RlguardError(f"could not create an episode: {response.status_code} {response.text[:300]}")
     body = response.json()
     return body["episode_id"], body["agent_token"]

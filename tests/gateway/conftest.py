@@ -61,7 +61,7 @@ class Gateway:
             if policy_version is not None:
                 body["policy_version"] = policy_version
             response = client.post("/v1/episodes", json=body)
-        assert response.status_code == 201, response.text
+        assert response.status_code == 200, response.text
         data = response.json()
         return Episode(self, data["episode_id"], data["agent_token"])
 

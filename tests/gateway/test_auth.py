@@ -33,7 +33,7 @@ MATRIX = [
     ("POST", "/v1/episodes", {"task": "builtin/none-such"}, {"own_agent": 403, "admin": 404}),
     ("GET", "/v1/episodes/{id}", None, {"own_agent": 403, "other_agent": 403, "admin": 200}),
     ("POST", "/v1/episodes/{id}/calls", CALL, {"own_agent": 200, "other_agent": 403, "admin": 200}),
-    ("POST", "/v1/episodes/{id}/subtrajectories", SUB, {"own_agent": 201, "other_agent": 403}),
+    ("POST", "/v1/episodes/{id}/subtrajectories", SUB, {"own_agent": 200, "other_agent": 403}),
     ("POST", "/v1/episodes/unknown-id/calls", CALL, {"own_agent": 403, "admin": 404}),
     ("GET", "/v1/audit/intercepts", None, {"own_agent": 403, "admin": 200}),
 ]

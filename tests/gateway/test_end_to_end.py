@@ -36,7 +36,7 @@ def test_episode_end_to_end_then_audit_and_export(spawn_gateway, pg_database, tm
     with httpx.Client(base_url=gw.url, timeout=120) as http:
         assert TASK in [t["id"] for t in http.get("/v1/tasks", headers=admin).json()]
         created = http.post("/v1/episodes", json={"task": TASK, "policy_version": "step-3"}, headers=admin)
-        assert created.status_code == 201
+        assert created.status_code == 200
         episode_id, agent = (
             created.json()["episode_id"],
             {"Authorization": f"Bearer {created.json()['agent_token']}"},
@@ -66,7 +66,7 @@ def test_episode_end_to_end_then_audit_and_export(spawn_gateway, pg_database, tm
                 },
                 headers=admin,
             )
-            assert uploaded.status_code == 201
+            assert uploaded.status_code == 200
         finished = http.post(f"/v1/episodes/{episode_id}/finish", headers=agent)
         assert finished.status_code == 200
         assert finished.json()["reward"] == 1.0, finished.json()

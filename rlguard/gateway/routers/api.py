@@ -57,7 +57,6 @@ async def list_tasks(gw: GatewayState = Depends(state)) -> list[TaskView]:
 
 @router.post(
     "/episodes",
-    status_code=201,
     dependencies=[Depends(require_admin)],
     responses={**_AUTH, 404: {"description": "No such task"}, 503: {"description": "No sandbox could start"}},
 )
@@ -111,7 +110,6 @@ async def finish_episode(episode_id: str, gw: GatewayState = Depends(state)) -> 
 
 @router.post(
     "/episodes/{episode_id}/subtrajectories",
-    status_code=201,
     dependencies=[Depends(require_episode_access)],
     responses={**_AUTH, **_404, 409: {"description": "This index was already uploaded"}},
     summary="Store one token-level sub-trajectory of an episode (rollout runner)",
