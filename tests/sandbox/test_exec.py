@@ -34,7 +34,7 @@ async def test_timeout_kills_command_and_background_children(shared: DockerSandb
     result = await shared.exec(
         "sleep 300 & (setsid sleep 301 &) ; sh -c 'sleep 302' & echo started; sleep 303", timeout_s=1
     )
-    assert time.monotonic() - started < 6
+    assert time.monotonic() - started < 10  # 1 s timeout + kill + answer, on a loaded machine
     assert result.exit_code == 124 and result.timed_out
     assert result.output.startswith("started\n") and "timed out" in result.output
     survivors = await shared.exec("ps -eo args | grep -E '^sleep 30[0-3]' || true")
@@ -66,9 +66,14 @@ async def test_output_flood_comes_back_capped_in_bounded_time_and_memory(shared:
 async def test_zombies_are_reaped(shared: DockerSandbox) -> None:
     # The orphaned children exit while their parent is gone: init (PID 1) must reap them.
     await shared.exec("for i in $(seq 20); do (sleep 0.1 &) ; done")
-    await asyncio.sleep(0.5)
-    zombies = await shared.exec("ps -eo stat= | grep -c '^Z' || true")
-    assert zombies.output.strip() == "0"
+    counts = []
+    for _ in range(50):  # give the sleeps time to end, then init time to reap them
+        await asyncio.sleep(0.2)
+        result = await shared.exec("echo $(pgrep -c -x -u 1000 sleep) $(ps -eo stat= | grep -c '^Z')")
+        counts.append(result.output.split())
+        if counts[-1] == ["0", "0"]:
+            break
+    assert counts[-1] == ["0", "0"], counts
 
 
 async def test_command_quoting_is_passed_through_unchanged(shared: DockerSandbox) -> None:
