@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -29,32 +30,45 @@ class _Strict(BaseModel):
 # -- tool calls --------------------------------------------------------------------------------
 
 
-class BashCall(_Strict):
+class _Call(_Strict):
+    @field_validator("arguments", mode="before", check_fields=False)
+    @classmethod
+    def _arguments_as_json_text(cls, value: Any) -> Any:
+        """Accept OpenAI's ``function.arguments`` as is: a JSON object serialised to a string."""
+        if isinstance(value, str):
+            try:
+                return json.loads(value) if value.strip() else {}
+            except ValueError as exc:
+                raise ValueError(f"arguments is a string but not JSON: {exc}") from None
+        return value
+
+
+class BashCall(_Call):
     tool: Literal["bash"]
     arguments: BashArgs
 
 
-class ReadFileCall(_Strict):
+class ReadFileCall(_Call):
     tool: Literal["read_file"]
     arguments: ReadFileArgs
 
 
-class WriteFileCall(_Strict):
+class WriteFileCall(_Call):
     tool: Literal["write_file"]
     arguments: WriteFileArgs
 
 
-class EditFileCall(_Strict):
+class EditFileCall(_Call):
     tool: Literal["edit_file"]
     arguments: EditFileArgs
 
 
-class ListDirCall(_Strict):
+class ListDirCall(_Call):
     tool: Literal["list_dir"]
     arguments: ListDirArgs = Field(default_factory=ListDirArgs)
 
 
-class SubmitCall(_Strict):
+class SubmitCall(_Call):
     tool: Literal["submit"]
     arguments: SubmitArgs = Field(default_factory=SubmitArgs)
 

@@ -211,3 +211,12 @@ def test_audit_intercepts_filters_and_pages(gateway: Gateway) -> None:
         assert [i["seq"] for i in rest["items"]] == [1] and rest["next_offset"] is None
         assert admin.get("/v1/audit/intercepts", params={"limit": 0}).status_code == 422
         assert admin.get("/v1/audit/intercepts", params={"since": "yesterday"}).status_code == 422
+
+
+def test_arguments_may_be_openai_json_text(episode) -> None:
+    with episode.client() as client:
+        url = f"/v1/episodes/{episode.id}/calls"
+        ok = client.post(url, json={"tool": "bash", "arguments": '{"command": "echo from-text"}'})
+        assert ok.status_code == 200 and ok.json()["output"] == "from-text\n"
+        bad = client.post(url, json={"tool": "bash", "arguments": "{not json"})
+        assert bad.status_code == 422 and "not JSON" in bad.json()["message"]
