@@ -284,3 +284,9 @@ async def test_export_keeps_links_as_links_and_carries_no_host_file(victim: Dock
     assert members["exp/fifo"].isfifo()
     assert b"root:x:0:0" not in contents
     assert all(not m.name.startswith("/") and ".." not in m.name.split("/") for m in members.values())
+
+
+async def test_commands_inherit_only_stdin_stdout_stderr(victim: DockerSandbox) -> None:
+    """No runner descriptor (its command channel to the host) leaks into an agent's command."""
+    out = await run(victim, f"{PY} 'import os; print(sorted(int(f) for f in os.listdir(\"/proc/self/fd\")))'")
+    assert out.strip() == "[0, 1, 2, 3]"  # 3 is the listing's own directory handle
