@@ -49,6 +49,8 @@ _FRAME_ATTRS = frozenset({"f_back", "f_locals", "f_globals", "tb_frame", "gi_fra
 _PATHLIKE = re.compile(r"^(?:/|\.{1,2}/|~/)|^[\w.-]+/[\w./*?-]")
 _URL = re.compile(r"\b([a-z][a-z0-9+.-]*)://([^/\s'\"]*)", re.I)
 MAX_FACT_ARG = 160
+MAX_NODES = 60_000  # AST nodes read per code block (roughly 6,000 lines)
+MAX_TOPLEVEL_STATEMENTS = 5_000
 
 
 @dataclass
@@ -198,7 +200,12 @@ class _Visitor:
         handlers = _HANDLERS
         child_fields = _CHILD_FIELDS
         stack: list[ast.AST] = [tree]
+        budget = MAX_NODES
         while stack:
+            budget -= 1
+            if budget < 0:  # the rest is unread: say so, the rules escalate it
+                self.out.facts.append("python_truncated")
+                return
             node = stack.pop()
             kind = type(node)
             handler = handlers.get(kind)
@@ -555,7 +562,10 @@ def python_facts(code: str) -> PythonFacts:
     visitor = _Visitor(out)
     try:
         visitor.run(tree)
-        out.facts.extend(_toplevel_exits(tree.body, visitor))
+        if len(tree.body) > MAX_TOPLEVEL_STATEMENTS:
+            out.facts.append("python_truncated")
+        else:
+            out.facts.extend(_toplevel_exits(tree.body, visitor))
     except RecursionError:
         out.facts.append("python_too_deep")
     return out

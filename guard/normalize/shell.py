@@ -18,6 +18,7 @@ from __future__ import annotations
 import posixpath
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 
 import tree_sitter_bash
@@ -35,8 +36,9 @@ MAX_NESTING = 6  # bash -c inside eval inside base64 inside ...
 MAX_NODE_DEPTH = 120  # syntax-tree depth walked recursively
 MAX_NODES = 40_000  # syntax nodes visited per call, all nesting levels together
 MAX_COMMANDS = 1_000
-MAX_CODE_CHARS = 256 * 1024
+MAX_CODE_CHARS = 128 * 1024
 MAX_LOOP_VALUES = 4
+PARSE_BUDGET_S = 0.1  # per parse; typical agent commands parse in a few microseconds
 
 _LANGUAGE = Language(tree_sitter_bash.language())
 _LOCAL = threading.local()  # a tree-sitter Parser must not be shared between threads
@@ -168,18 +170,37 @@ class Findings:
             self.add_code(lang, content, "write", full, depth, cwd)
 
 
-def parse_tree(script: str) -> Node:
+def _parse(script: str) -> Node:
+    """Parse with a time budget: tree-sitter's error recovery is quadratic on some inputs (``x|``
+    or ``a)`` repeated thousands of times takes seconds), so a parse that overruns is cancelled
+    and the call escalated. NUL bytes are refused before parsing (bash cannot run them, and
+    tree-sitter stalls on them where the budget is not checked)."""
+    if "\x00" in script:
+        raise Unparseable("NUL byte in shell text")
+    data = script.encode("utf-8", "surrogatepass")
     parser = getattr(_LOCAL, "parser", None)
     if parser is None:
         parser = _LOCAL.parser = Parser(_LANGUAGE)
-    tree = parser.parse(script.encode("utf-8", "surrogatepass"))
-    root = tree.root_node
+    deadline = time.perf_counter() + PARSE_BUDGET_S
+    try:
+        tree = parser.parse(
+            lambda offset, _point: data[offset : offset + 65536],
+            progress_callback=lambda *_state: time.perf_counter() > deadline,
+        )
+    except ValueError as exc:  # cancelled by the budget
+        parser.reset()  # a cancelled parse would otherwise resume on the next call
+        raise Unparseable(f"shell text too costly to parse (over {PARSE_BUDGET_S * 1000:.0f} ms)") from exc
+    return tree.root_node
+
+
+def parse_tree(script: str) -> Node:
+    root = _parse(script)
     if root.has_error:
         # tree-sitter-bash rejects ``cmd <<EOF 2>&1 | tail``; bash does not. Moving the redirects
         # before the heredoc operator means the same to bash and parses.
         swapped = _HEREDOC_THEN_REDIRECT.sub(r"\g<redirects> \g<heredoc>", script)
         if swapped != script:
-            retry = parser.parse(swapped.encode("utf-8", "surrogatepass")).root_node
+            retry = _parse(swapped)
             if not retry.has_error:
                 return retry
         raise Unparseable(f"shell syntax error near: {_first_error(root)!r}")

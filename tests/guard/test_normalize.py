@@ -317,3 +317,21 @@ def test_commenting_out_an_assert_counts_as_removing_it() -> None:
         {"path": "tests/test_a.py", "old_str": "    assert f() == 2\n", "new_str": "    # assert f() == 2\n"},
     )
     assert "edit_removes_assert:/workspace/tests/test_a.py" in normalize(call).facts
+
+
+@pytest.mark.parametrize(
+    ("command", "reason"),
+    [
+        ("x|" * 10_000, "too costly"),  # tree-sitter's error recovery is quadratic on these
+        ("a)" * 10_000, "too costly"),
+        ("echo \x00\x00", "NUL"),
+    ],
+)
+def test_pathological_shell_text_is_refused_quickly(command: str, reason: str) -> None:
+    normalized = bash(command)
+    assert normalized.parse_error is not None and reason in normalized.parse_error
+
+
+def test_huge_python_is_read_partly_and_says_so() -> None:
+    normalized = normalize(ToolCall("write_file", {"path": "a.py", "content": "x = 1\n" * 20_000}))
+    assert "python_truncated" in normalized.blocks[0].facts
