@@ -64,8 +64,12 @@ def build_model_dir(config: BenchConfig, directory: Path) -> Path:
     return directory
 
 
-def bench_samples(config: BenchConfig, seed: int = 0) -> list[Sample]:
-    """Episodes of two equal-length sub-trajectories: a prompt, then alternating action/tool spans."""
+def bench_samples(config: BenchConfig, policy_version: int, seed: int = 0) -> list[Sample]:
+    """Episodes of two equal-length sub-trajectories: a prompt, then alternating action/tool spans.
+
+    They carry the trainer's current ``policy_version`` (fresh, on-policy data, as in the loop), so
+    the step does not re-score them with the actor as it would stale data.
+    """
     gen = torch.Generator().manual_seed(seed)
     samples = []
     span = max(config.row_tokens // 8, 1)
@@ -74,7 +78,8 @@ def bench_samples(config: BenchConfig, seed: int = 0) -> list[Sample]:
         ids = torch.randint(2, config.vocab, (config.row_tokens,), generator=gen).tolist()
         logprobs = [-float(torch.rand(1, generator=gen)) * 5 * m for m in mask]
         episode, sub = divmod(row, 2)
-        samples.append(Sample(ids, mask, logprobs, episode, sub, sub == 1, False, float(episode % 2), 0, 0))
+        reward = float(episode % 2)
+        samples.append(Sample(ids, mask, logprobs, episode, sub, sub == 1, False, reward, 0, policy_version))
     return samples
 
 
@@ -113,14 +118,14 @@ def bench_config(config: BenchConfig, device: str | None = None) -> dict[str, An
             algo="ppo", micro_batch_tokens=config.rows * config.row_tokens, actor_lr=1e-6, critic_lr=1e-6
         )
         trainer = PPOTrainer.from_pretrained(model_dir, settings, runtime)
-    samples = bench_samples(config)
     tokens = config.rows * config.row_tokens
     params = sum(p.numel() for p in trainer.actor.parameters())
     # warm-up (allocator, kernels), then alternate so background load hits both alike
-    trainer.train_step(samples)
-    raw_forward_backward(trainer, samples)
+    trainer.train_step(bench_samples(config, trainer.policy_version))
+    raw_forward_backward(trainer, bench_samples(config, trainer.policy_version))
     step_times, raw_times = [], []
     for _ in range(config.steps):
+        samples = bench_samples(config, trainer.policy_version)
         _sync(runtime)
         started = time.perf_counter()
         trainer.train_step(samples)

@@ -1,11 +1,12 @@
 """Run under ``torchrun --nproc_per_node 2`` by test_distributed.py: a few steps, then a checkpoint.
 
-Usage: dist_worker.py MODEL_DIR OUT_DIR ddp|fsdp STEPS
+Usage: dist_worker.py MODEL_DIR OUT_DIR STEPS MODE... (modes: ddp, fsdp; each writes OUT_DIR/MODE)
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -43,14 +44,19 @@ def settings_for(parallel: str) -> TrainerSettings:
 
 
 def main() -> None:
-    model_dir, out_dir, parallel, steps = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-    runtime = init_runtime(parallel, device="cpu")
-    trainer = PPOTrainer.from_pretrained(model_dir, settings_for(parallel), runtime)
-    for step in range(steps):
-        mine = shard_for_rank(fixed_samples(8, seed=step), runtime.rank, runtime.world_size, by_group=False)
-        trainer.train_step(mine)
-    save_checkpoint(trainer, out_dir / "ckpt")
-    shutdown_runtime(runtime)
+    model_dir, out_dir, steps = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+    runtime = None
+    for parallel in sys.argv[4:]:  # one process group, several wrappings: one start-up for all
+        runtime = replace(init_runtime("ddp", device="cpu"), parallel=parallel)
+        trainer = PPOTrainer.from_pretrained(model_dir, settings_for(parallel), runtime)
+        for step in range(steps):
+            mine = shard_for_rank(
+                fixed_samples(8, seed=step), runtime.rank, runtime.world_size, by_group=False
+            )
+            trainer.train_step(mine)
+        save_checkpoint(trainer, out_dir / parallel)
+    if runtime is not None:
+        shutdown_runtime(runtime)
 
 
 if __name__ == "__main__":

@@ -26,26 +26,39 @@ def single_process_run(model_dir: Path, steps: int) -> PPOTrainer:
     return trainer
 
 
-@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
-def test_two_gloo_processes_match_one_process(parallel: str, tiny_model_dir: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def gloo_checkpoints(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two gloo processes train 2 steps with DDP, then with FSDP2; one checkpoint per mode."""
+    out = tmp_path_factory.mktemp("gloo")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK"))}
     env |= {"OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        str(WORKER), str(tiny_model_dir), str(tmp_path), parallel, "2",
+        str(WORKER), str(tiny_model_dir), str(out), "2", "ddp", "fsdp",
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
+    return out
 
-    reference = single_process_run(tiny_model_dir, steps=2)
-    actor = load_file(str(tmp_path / "ckpt" / "actor" / "model.safetensors"))
-    for name, param in reference.actor.state_dict().items():
+
+@pytest.fixture(scope="module")
+def one_process(tiny_model_dir: Path) -> PPOTrainer:
+    return single_process_run(tiny_model_dir, steps=2)
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_two_gloo_processes_match_one_process(
+    parallel: str, gloo_checkpoints: Path, one_process: PPOTrainer, tiny_model_dir: Path
+) -> None:
+    checkpoint = gloo_checkpoints / parallel
+    actor = load_file(str(checkpoint / "actor" / "model.safetensors"))
+    for name, param in one_process.actor.state_dict().items():
         torch.testing.assert_close(actor[name], param, atol=2e-5, rtol=1e-4, msg=name)
-    head = load_file(str(tmp_path / "ckpt" / "critic" / "value_head.safetensors"))
-    torch.testing.assert_close(head["weight"], reference.critic.value_head.weight, atol=2e-5, rtol=1e-4)
+    head = load_file(str(checkpoint / "critic" / "value_head.safetensors"))
+    torch.testing.assert_close(head["weight"], one_process.critic.value_head.weight, atol=2e-5, rtol=1e-4)
     # the parameters moved at all (the comparison is not between two untouched models)
     base = PPOTrainer.from_pretrained(tiny_model_dir, settings_for("ddp"), init_runtime(device="cpu"))
-    assert not torch.allclose(base.critic.value_head.weight, reference.critic.value_head.weight)
+    assert not torch.allclose(base.critic.value_head.weight, one_process.critic.value_head.weight)
 
 
 def test_resumed_run_equals_uninterrupted_run(tiny_model_dir: Path, tmp_path: Path) -> None:
