@@ -85,12 +85,16 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             console.rule("[bold]1. Sandbox")
             if not asyncio.run(_sandbox_step()):
                 raise RlguardError("the sandbox step of the demo failed (see above)")
+            console.print(f"[dim]sandbox step: {time.monotonic() - started:.0f} s[/]")
         console.rule("[bold]2. Episodes through the guard")
+        step_started = time.monotonic()
         totals = _episodes_step(concurrency)
+        console.print(f"[dim]episodes step: {time.monotonic() - step_started:.0f} s[/]")
         if totals.get("episodes", 0) == totals.get("errors", 0):
             raise RlguardError("every demo episode failed; see the errors above")
         if not skip_training:
             console.rule("[bold]3. One PPO update on the tiny model")
+            step_started = time.monotonic()
             update = _training_step(max_episodes=totals["episodes"])
             if update is None or update.get("step") is None:
                 console.print("no trainable sub-trajectories were found; no update was made")
@@ -99,6 +103,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
                 for key in sorted(shown):
                     console.print(f"  {key:<32} {shown[key]:.4g}")
                 console.print(f"  checkpoint: {update['checkpoint']}")
+            console.print(f"[dim]training step: {time.monotonic() - step_started:.0f} s[/]")
         console.rule("[bold]Where things are")
         console.print(f"database:   {_redacted(settings.resolved_database_url)}")
         console.print("export:     .venv/bin/rlguard export --out episodes.jsonl")
