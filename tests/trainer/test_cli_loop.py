@@ -121,3 +121,18 @@ def test_reload_speaks_both_dialects_and_reports_refusals(tiny_rollout_model: Pa
         with pytest.raises(RlguardError, match="refused"):
             reload_policy(policy_url, tiny_rollout_model / "missing", "8", protocol)
         assert server.reloads == 1
+
+
+def test_run_ppo_update_for_the_demo(tiny_rollout_model: Path, tmp_path: Path) -> None:
+    from trainer.ppo import run_ppo_update
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    upgrade(url)
+    store = Store.from_url(url)
+    store_episode(store, "e0", "builtin/lru-cache", 1.0, [([11, 12, 300, 301, 13, 302], [0, 0, 1, 1, 0, 1])])
+    store.close()
+    result = run_ppo_update(url, tiny_rollout_model, tmp_path / "run")
+    assert result["step"] == 1 and result["sub_trajectories"] == 1
+    assert (Path(result["checkpoint"]) / "model.safetensors").is_file()
+    assert "critic/value_loss" in result
+    assert run_ppo_update(url, tiny_rollout_model, tmp_path / "run")["step"] is None  # data consumed once
