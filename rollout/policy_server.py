@@ -129,8 +129,8 @@ class PolicyServer:
     # -- endpoints ---------------------------------------------------------------------------------
 
     async def completions(self, req: CompletionRequest) -> dict[str, Any]:
-        if req.stream:
-            raise BadRequest("stream=true is not supported")
+        if req.stream or req.echo:
+            raise BadRequest("stream=true and echo=true are not supported")
         prompt_ids = self._prompt_ids(req.prompt)
         self._check_limits(len(prompt_ids), req.max_tokens, req.n)
         stop = [req.stop] if isinstance(req.stop, str) else req.stop

@@ -92,3 +92,21 @@ async def test_compaction_starts_new_sub_trajectories(
     assert "Summary of your earlier work" in later
     first = chat_format.decode(rows[0]["token_ids"])
     assert "Your context is almost full" in first
+
+
+async def test_chat_completions_mode_is_recorded_but_not_trainable(
+    gateway_client, policy_server, chat_format
+) -> None:
+    from rollout.policy import ChatCompletionsPolicy
+
+    task = TaskRegistry(["builtin"]).get(TASK)
+    policy = ChatCompletionsPolicy(f"{policy_server.url}/v1", model="tiny", policy_version="eval")
+    config = AgentConfig(max_turns=2, max_tokens_per_turn=24, context_budget_tokens=16384)
+    try:
+        result = await run_episode(gateway_client, policy, chat_format, TASK, task.instructions, config)
+    finally:
+        await policy.aclose()
+    assert result.status == "max_turns" and result.turns == 2 and result.reward is not None
+    view = await gateway_client.episode(result.episode_id)
+    assert [s["trainable"] for s in view["sub_trajectories"]] == [False]
+    assert view["sub_trajectories"][0]["num_action_tokens"] == result.generated_tokens > 0
