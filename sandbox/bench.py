@@ -135,7 +135,8 @@ def print_report(report: dict[str, float | int], as_json: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="rlguard bench sandbox")
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    table = Table(title="rlguard bench sandbox", caption=f"host load average: {load} ({os.cpu_count()} CPUs)")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in report.items():
