@@ -13,16 +13,11 @@ from tests.sandbox.conftest import small_limits
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(scope="module")
-def image_without_python(docker_client: docker.DockerClient, sandbox_image: str) -> str:
-    """The sandbox image with every python3 removed (committed from a throwaway container)."""
-    tag = f"rlguard-test/no-python:{uuid.uuid4().hex[:8]}"
-    container = docker_client.containers.run(
-        sandbox_image,
-        ["sh", "-c", "rm -f /usr/bin/python3* /usr/local/bin/python3*"],
-        user="root",
-        network_mode="none",
-        detach=True,
+def derived_image(client: docker.DockerClient, base: str, name: str, remove: str) -> str:
+    """``base`` with the files matched by the shell glob ``remove`` deleted, as a new test image."""
+    tag = f"rlguard-test/{name}:{uuid.uuid4().hex[:8]}"
+    container = client.containers.run(
+        base, ["sh", "-c", f"rm -f {remove}"], user="root", network_mode="none", detach=True
     )
     try:
         container.wait(timeout=60)
@@ -30,8 +25,34 @@ def image_without_python(docker_client: docker.DockerClient, sandbox_image: str)
         container.commit(repository=repository, tag=version, changes=["USER agent"])
     finally:
         container.remove(force=True)
+    return tag
+
+
+@pytest.fixture(scope="module")
+def image_without_python(docker_client: docker.DockerClient, sandbox_image: str) -> str:
+    tag = derived_image(
+        docker_client, sandbox_image, "no-python", "/usr/bin/python3* /usr/local/bin/python3*"
+    )
     yield tag
     docker_client.images.remove(tag, force=True)
+
+
+async def test_image_without_bash_still_gets_the_runner(
+    backend: DockerBackend, docker_client: docker.DockerClient, sandbox_image: str
+) -> None:
+    tag = derived_image(docker_client, sandbox_image, "no-bash", "/bin/bash /usr/bin/bash")
+    try:
+        sandbox = await backend.create(SandboxSpec(image=tag, limits=small_limits()))
+        try:
+            assert sandbox.uses_runner
+            result = await sandbox.exec("echo $0; ls /bin/bash 2>&1 | head -1; echo err >&2")
+            assert result.output.startswith("/bin/sh\n") and result.output.endswith("err\n")
+            await sandbox.write_file("x.txt", b"ok")
+            assert await sandbox.read_file("x.txt") == b"ok"
+        finally:
+            await sandbox.destroy()
+    finally:
+        docker_client.images.remove(tag, force=True)
 
 
 async def test_commands_fall_back_to_docker_exec(backend: DockerBackend, image_without_python: str) -> None:
@@ -46,6 +67,7 @@ async def test_commands_fall_back_to_docker_exec(backend: DockerBackend, image_w
         started = time.monotonic()
         slow = await sandbox.exec("sleep 60", timeout_s=1)
         assert slow.timed_out and slow.exit_code == 124 and time.monotonic() - started < 10
+        assert not sandbox.uses_runner
         with pytest.raises(SandboxError, match="no python3"):
             await sandbox.read_file("a.txt")
     finally:
