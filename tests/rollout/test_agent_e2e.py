@@ -110,3 +110,17 @@ async def test_chat_completions_mode_is_recorded_but_not_trainable(
     view = await gateway_client.episode(result.episode_id)
     assert [s["trainable"] for s in view["sub_trajectories"]] == [False]
     assert view["sub_trajectories"][0]["num_action_tokens"] == result.generated_tokens > 0
+
+
+async def test_time_budget_ends_the_episode_which_is_still_graded_and_stored(
+    gateway_client, served_policy, chat_format, store
+) -> None:
+    task = TaskRegistry(["builtin"]).get(TASK)
+    config = AgentConfig(max_turns=1000, max_tokens_per_turn=32, context_budget_tokens=1_000_000,
+                         episode_timeout_s=3.0, seed=1)  # fmt: skip
+    result = await run_episode(gateway_client, served_policy, chat_format, TASK, task.instructions, config)
+
+    assert result.status == "timeout" and 1 <= result.turns < 1000
+    assert result.reward is not None  # graded all the same
+    rows = stored_rows(store, result.episode_id)
+    assert len(rows) == 1 and sum(rows[0]["action_mask"]) == result.generated_tokens
