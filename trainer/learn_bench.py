@@ -16,13 +16,15 @@ import json
 import math
 import multiprocessing
 import time
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from rlguard.errors import RlguardError
 from trainer.advantages import AdvantageBatch, AdvantageConfig, get_advantage_estimator, place_episode_rewards
 from trainer.losses import (
     compute_entropy_bonus,
@@ -36,7 +38,7 @@ from trainer.synthetic_env import BOS, HORIZONS, EnvConfig, Rollout, legal_actio
 ALGORITHMS = {"ppo": "gae", "grpo": "grpo"}
 DEFAULT_SEEDS = 3
 DEFAULT_LONG_BUDGET = 2_000_000
-SHORT_BUDGET_FRACTION = 0.1
+SHORT_BUDGET_FRACTION = 0.05
 EVAL_EPISODES = 1024
 NEG_INF = -1e9
 
@@ -114,6 +116,7 @@ class RunResult:
     env_tokens: int
     iterations: int
     seconds: float
+    cpu_seconds: float
     curve: list[dict]
 
 
@@ -154,14 +157,18 @@ def train_one(
     budget_tokens: int,
     hp: HyperParams | None = None,
     eval_episodes: int = EVAL_EPISODES,
+    config: EnvConfig | None = None,
 ) -> RunResult:
-    """Train a fresh actor (and, for PPO, critic) on ``horizon`` until ``budget_tokens`` are spent."""
+    """Train a fresh actor (and, for PPO, critic) on ``horizon`` until ``budget_tokens`` are spent.
+
+    ``config`` replaces the horizon's environment (ablations such as ``reopen_summary=False``).
+    """
     if algo not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algo!r}; use one of {sorted(ALGORITHMS)}")
     if horizon not in HORIZONS:
         raise ValueError(f"unknown horizon {horizon!r}; use one of {sorted(HORIZONS)}")
     hp = hp or HyperParams()
-    config = HORIZONS[horizon]
+    config = config or HORIZONS[horizon]
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     actor = GRUNet(config.vocab_size, config.vocab_size, hp.embed, hp.hidden)
@@ -169,7 +176,7 @@ def train_one(
     params = list(actor.parameters()) + (list(critic.parameters()) if critic else [])
     optimizer = torch.optim.Adam(params, lr=hp.lr)
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     spent, iteration, curve = 0, 0, []
     while spent < budget_tokens:
         tasks = sample_tasks(config, hp.tasks_per_iter, generator).repeat(hp.group_size)
@@ -235,7 +242,8 @@ def train_one(
         iteration += 1
 
     final = evaluate(actor, config, eval_episodes, seed + 10_000)
-    return RunResult(algo, horizon, seed, final, spent, iteration, time.perf_counter() - started, curve)
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    return RunResult(algo, horizon, seed, final, spent, iteration, wall, cpu, curve)
 
 
 def _run_job(job: tuple[str, str, int, int, HyperParams]) -> RunResult:
@@ -249,17 +257,23 @@ def run_learn_bench(
     budget_tokens: int | None = None,
     workers: int = 2,
     hp: HyperParams | None = None,
+    on_result: Callable[[RunResult], None] | None = None,
 ) -> dict:
     """Train every (algorithm, horizon, seed); write ``metrics.jsonl``, ``results.json`` and PNG curves.
 
     ``budget_tokens`` is the environment-token budget of one long-horizon run (both algorithms get the
-    same); short-horizon runs get ``SHORT_BUDGET_FRACTION`` of it, because one-turn episodes are about
-    ten times shorter. Runs go to ``workers`` processes with one thread each.
+    same); short-horizon runs get ``SHORT_BUDGET_FRACTION`` of it: one-turn episodes are about eight
+    times shorter and both algorithms learn them in a small part of that. Runs go to ``workers``
+    processes with one thread each; ``on_result`` hears of each finished run (progress).
     """
     from trainer.plot import plot_run
 
     if seeds < 1:
-        raise ValueError("seeds must be >= 1")
+        raise RlguardError(f"--seeds must be at least 1, got {seeds}")
+    if budget_tokens is not None and budget_tokens < 1:
+        raise RlguardError(f"the token budget must be positive, got {budget_tokens}")
+    if workers < 1:
+        raise RlguardError(f"workers must be at least 1, got {workers}")
     hp = hp or HyperParams()
     long_budget = budget_tokens or DEFAULT_LONG_BUDGET
     budgets = {"long": long_budget, "short": max(1, math.ceil(long_budget * SHORT_BUDGET_FRACTION))}
@@ -270,12 +284,20 @@ def run_learn_bench(
         for algo in ALGORITHMS
     ]
     started = time.perf_counter()
+    results: list[RunResult] = []
     if workers > 1:
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            results = list(pool.map(_run_job, jobs))
+            for future in as_completed([pool.submit(_run_job, job) for job in jobs]):
+                results.append(future.result())
+                if on_result:
+                    on_result(results[-1])
     else:
-        results = [_run_job(job) for job in jobs]
+        for job in jobs:
+            results.append(_run_job(job))
+            if on_result:
+                on_result(results[-1])
+    results.sort(key=lambda r: (r.horizon, r.algo, r.seed))
 
     out_dir.mkdir(parents=True, exist_ok=True)
     with (out_dir / "metrics.jsonl").open("w") as fh:
@@ -289,6 +311,17 @@ def run_learn_bench(
             summary[f"{algo}_{horizon}"] = sum(finals) / len(finals)
     summary["per_seed"] = [{k: v for k, v in asdict(r).items() if k != "curve"} for r in results]
     summary["wall_seconds"] = time.perf_counter() - started
+    summary["cpu_seconds"] = sum(r.cpu_seconds for r in results)
     (out_dir / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
     summary["plots"] = [str(p) for p in plot_run(out_dir)]
     return summary
+
+
+def render_summary(summary: dict) -> str:
+    """The benchmark's result as a small plain-text table (what ``rlguard bench learn`` prints)."""
+    lines = [f"{'horizon':<8}{'ppo+critic':>12}{'grpo':>10}   budget (env tokens / run)"]
+    for horizon in HORIZONS:
+        ppo, grpo = summary[f"ppo_{horizon}"], summary[f"grpo_{horizon}"]
+        lines.append(f"{horizon:<8}{ppo:>12.3f}{grpo:>10.3f}   {summary['budget_tokens'][horizon]:,}")
+    lines.append(f"mean final success over {summary['seeds']} seed(s); {summary['wall_seconds']:.0f} s wall")
+    return "\n".join(lines)
