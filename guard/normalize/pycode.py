@@ -13,6 +13,7 @@ import ast
 import base64
 import binascii
 import codecs
+import operator
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -45,7 +46,7 @@ _SHELL_CALLS = frozenset(
 )
 _EXEC_CALLS = frozenset({"exec", "eval", "compile", "builtins.exec", "builtins.eval"})
 _EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort", "builtins.exit", "pytest.exit"})
-_FRAME_ATTRS = frozenset({"f_back", "f_locals", "f_globals", "tb_frame", "gi_frame", "f_code"})
+_FRAME_ATTRS = frozenset({"f_back", "f_locals", "f_globals", "tb_frame", "gi_frame"})
 _PATHLIKE = re.compile(r"^(?:/|\.{1,2}/|~/)|^[\w.-]+/[\w./*?-]")
 _URL = re.compile(r"\b([a-z][a-z0-9+.-]*)://([^/\s'\"]*)", re.I)
 MAX_FACT_ARG = 160
@@ -78,13 +79,19 @@ def _const_str(node: ast.AST) -> str | None:
         left, right = _const_str(node.left), _const_str(node.right)
         if left is not None and right is not None:
             return posixpath.join(left, right)
+    if (
+        isinstance(node, ast.Attribute)
+        and node.attr in ("sep", "pathsep")
+        and isinstance(node.value, ast.Name | ast.Attribute)
+    ):
+        return "/" if node.attr == "sep" else ":"  # os.sep, os.path.sep
     if isinstance(node, ast.Call) and node.args and not node.keywords:
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-        if name in ("join", "Path", "PurePath", "PosixPath"):
+        if name in ("join", "Path", "PurePath", "PosixPath") and (name != "join" or _is_path_join(func)):
             parts = [_const_str(a) for a in node.args]
-            if all(p is not None for p in parts) and (name != "join" or _is_path_join(func)):
-                return posixpath.join(*[p for p in parts if p is not None])
+            if any(p is not None for p in parts):  # unknown parts (site.USER_SITE) stay as "{}"
+                return posixpath.join(*[p if p is not None else "{}" for p in parts])
     return None
 
 
@@ -152,10 +159,19 @@ class _Visitor:
 
     def visit_Assign(self, node: ast.Assign) -> None:
         value = _const_str(node.value)
+        alias = (
+            self.dotted(node.value) if isinstance(node.value, ast.Attribute | ast.Name | ast.Call) else None
+        )
+        if isinstance(node.value, ast.Call) and not (
+            isinstance(node.value.func, ast.Name) and node.value.func.id == "getattr"
+        ):
+            alias = None  # x = f(): x is f's result, not f; only getattr(obj, "name") names a function
         for target in node.targets:
             self._assigned(target, node.value)
             if value is not None and isinstance(target, ast.Name):
                 self.strings[target.id] = value
+            if alias and isinstance(target, ast.Name):  # quit_now = getattr(os, "_exit")
+                self.aliases[target.id] = alias
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         self._assigned(node.target, node.value)
@@ -447,7 +463,30 @@ def _returns_only_constant(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return (isinstance(value, ast.Constant) and value.value in (True, False, 1, 0)) or _always_true(value)
 
 
+_COMPARE = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Is: operator.is_,
+    ast.IsNot: operator.is_not,
+}
+
+
 def _always_true(node: ast.AST | None) -> bool:
+    if isinstance(node, ast.Compare) and all(
+        isinstance(n, ast.Constant) for n in (node.left, *node.comparators)
+    ):  # ``1 == 1``: constants only, compared without eval
+        values = [node.left.value, *(c.value for c in node.comparators)]  # type: ignore[union-attr]
+        try:
+            return all(
+                type(op) in _COMPARE and _COMPARE[type(op)](a, b)
+                for op, a, b in zip(node.ops, values, values[1:], strict=False)
+            )
+        except TypeError:
+            return False
     if isinstance(node, ast.Constant):
         return bool(node.value) and node.value is not Ellipsis
     if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
@@ -541,6 +580,10 @@ def _toplevel_exits(body: list[ast.stmt], visitor: _Visitor, conditional: bool =
 
 
 _FALLBACK_IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import|import\s+([\w., ]+))", re.M)
+_FALLBACK_EXIT = re.compile(
+    r"^((?:sys\.exit|os\._exit|exit|quit)\s*\(\s*(?:0|None|False)?\s*\)|raise\s+SystemExit\b(?:\s*\(\s*(?:0|None)?\s*\))?)",
+    re.M,
+)
 _FALLBACK_CALL = re.compile(r"\b([A-Za-z_][\w.]*)\s*\(")
 
 
@@ -556,6 +599,10 @@ def python_facts(code: str) -> PythonFacts:
                 if name.strip():
                     out.facts.append(f"import:{name.strip().split(' ')[0]}")
         out.facts.extend(f"call:{name}()" for name in _FALLBACK_CALL.findall(code))
+        for exit_call in _FALLBACK_EXIT.findall(code):
+            out.facts.append("toplevel_exit:0")
+            if "os._exit" in exit_call:
+                out.facts.append("toplevel_exit:os_exit")
         for scheme, host in _URL.findall(code):
             out.facts.append(f"url:{scheme.lower()}://{host.lower()}")
         return out

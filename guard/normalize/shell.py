@@ -15,6 +15,7 @@ in a ``Findings`` collector; nesting (``bash -c``, ``eval``, decoded payloads, c
 
 from __future__ import annotations
 
+import fnmatch
 import posixpath
 import re
 import threading
@@ -52,6 +53,21 @@ _HEREDOC_THEN_REDIRECT = re.compile(
     r"""(?P<redirects>(?:[ \t]+\d*(?:>>?|<|&>>?|>&|<&)[ \t]*[^\s|;&<>]+)+)"""
 )
 _GLOB = re.compile(r"[*?\[]")
+# programs whose glob-looking arguments are patterns (find -path, tar --exclude), not shell globs
+_PATTERN_PROGRAMS = frozenset(
+    {"find", "grep", "egrep", "fgrep", "rg", "ag", "fd", "tar", "rsync", "zip", "git"}
+)
+_GIT_INTERNALS = (
+    "packed-refs",
+    "FETCH_HEAD",
+    "ORIG_HEAD",
+    "HEAD",
+    "config",
+    "refs",
+    "objects",
+    "logs",
+    "index",
+)
 _ARRAY_ALL = re.compile(r'^"?\$\{\w+\[@\]\}"?$')
 _STATIC_BASENAME = re.compile(r"/[A-Za-z0-9_.+-]+$")
 _WRITE_OPS = frozenset({">", ">>", ">|", "&>", "&>>"})
@@ -86,7 +102,7 @@ def lang_for_path(path: str) -> str | None:
     name = posixpath.basename(path)
     if name in _CONFIG_NAMES and not name.endswith(".py"):
         return "config"
-    if name in _SHELL_NAMES:
+    if name in _SHELL_NAMES or "/.git/hooks/" in path:
         return "shell"
     if name in ("Makefile", "makefile", "GNUmakefile") or name.endswith(".mk"):
         return "make"
@@ -233,6 +249,7 @@ class ShellWalker:
         self.cwd = cwd
         self.vars: dict[str, str] = dict(_DEFAULT_VARS)
         self.aliases: dict[str, str] = {}
+        self.git_aliases: dict[str, str] = {}
         self.fd = 63
 
     # ---- entry -------------------------------------------------------------------------------
@@ -275,6 +292,9 @@ class ShellWalker:
             for child in node.named_children:
                 if child.type == "variable_assignment":
                     self.assign(child, level)
+                    name = child.child_by_field_name("name")
+                    if name is not None:
+                        self.f.facts.append(f"export:{_text(name)}")
             return None
         if kind == "for_statement":
             return self.for_loop(node, level)
@@ -527,7 +547,16 @@ class ShellWalker:
         argv = [name, *argv[1:]]
         source = source or self.source
         if name == "git":
-            argv = _canonical_git(argv)
+            for key, value in _git_config_pairs(argv):
+                if key.lower() in _GIT_EXEC_KEYS or (key.startswith("alias.") and value.startswith("!")):
+                    self.nested(value.lstrip("!"), None, f"git -c {key}")
+            argv = _canonical_git(argv, self.git_aliases)
+            if argv[1:3] == ["config"] or (len(argv) > 2 and argv[1] == "config"):
+                rest = [a for a in argv[2:] if not a.startswith("-")]
+                if len(rest) >= 2 and rest[0].startswith("alias."):
+                    self.git_aliases[rest[0][6:]] = " ".join(rest[1:])
+                elif len(rest) >= 2 and rest[0].lower() in _GIT_EXEC_KEYS:
+                    self.nested(" ".join(rest[1:]), None, f"git config {rest[0]}")
         self.f.commands.append(Command(name, tuple(argv), source))
         self.collect_paths(name, argv)
 
@@ -547,6 +576,7 @@ class ShellWalker:
                 if "=" in arg and re.match(r"^[A-Za-z_]\w*=", arg):
                     key, _, value = arg.partition("=")
                     self.vars[key] = value
+                    self.f.facts.append(f"export:{key}")
             return None
         unwrapped = programs.unwrap(name, argv)
         if unwrapped is not None:
@@ -603,6 +633,17 @@ class ShellWalker:
                 continue
             if "/" in value or value.startswith((".", "~")) or self.cwd != WORKSPACE:
                 self.f.add_path(value, self.cwd)
+                if "/.." in value and value.startswith("/"):
+                    self.f.paths.append(value)  # /proc/self/root/../.. : the unfolded spelling matters too
+                full = absolute(value, self.cwd)
+                if (
+                    "/.git/" in full
+                    and name not in _PATTERN_PROGRAMS
+                    and _GLOB.search(full.rsplit("/", 1)[-1])
+                ):
+                    base, pattern = full.rsplit("/", 1)  # cat .git/packed-ref? reads packed-refs
+                    for known in fnmatch.filter(_GIT_INTERNALS, pattern):
+                        self.f.add_path(f"{base}/{known}", self.cwd)
 
     def note_file_effects(self, name: str, argv: list[str]) -> None:
         """Deletions, moves, truncations and in-place edits, as ``delete:``/``write:`` facts."""
@@ -622,9 +663,17 @@ class ShellWalker:
             values = operands[1:] if sized else operands
             for p in values:
                 self.f.facts.append(f"write_empty:{absolute(p, self.cwd)}")
-        elif name in ("sed", "perl", "awk", "gawk") and any(a.startswith(("-i", "--in-place")) for a in argv):
+        elif _edits_in_place(name, argv):
             for p in operands[1:]:
                 self.f.facts.append(f"write:{absolute(p, self.cwd)}")
+        elif name in ("ex", "vi", "vim", "nvim", "ed", "red"):
+            takes_value = ("-c", "-S", "--cmd")
+            files = [
+                a
+                for i, a in enumerate(argv[1:], 1)
+                if not a.startswith(("-", "+")) and argv[i - 1] not in takes_value
+            ]
+            self.f.facts.extend(f"write:{absolute(p, self.cwd)}" for p in files)
         elif name == "dd":
             for arg in argv[1:]:
                 if arg.startswith("of="):
@@ -724,6 +773,13 @@ class ShellWalker:
         return None
 
 
+def _edits_in_place(name: str, argv: list[str]) -> bool:
+    """sed/awk -i / --in-place, perl/ruby -i (also bundled: ``perl -pi -e``)."""
+    if name in ("sed", "awk", "gawk"):
+        return any(a.startswith(("-i", "--in-place")) for a in argv)
+    return name in ("perl", "ruby") and any(re.match(r"^-[a-zA-Z]*i", a) for a in argv)
+
+
 def _xargs_inner(argv: list[str], inner: list[str], stdin: str) -> list[str]:
     """What xargs runs when its input is known: ``-I R`` substitutes R, otherwise input words
     are appended."""
@@ -747,10 +803,38 @@ _GIT_VALUE_OPTS = frozenset(
 )
 
 
-def _canonical_git(argv: list[str]) -> list[str]:
+_GIT_EXEC_KEYS = frozenset(
+    {
+        "core.pager",
+        "core.sshcommand",
+        "core.editor",
+        "core.fsmonitor",
+        "diff.external",
+        "credential.helper",
+        "sequence.editor",
+        "gpg.program",
+        "core.hookspath",
+        "pager.log",
+        "pager.diff",
+        "pager.show",
+    }
+)
+
+
+def _git_config_pairs(argv: list[str]) -> list[tuple[str, str]]:
+    """``git -c key=value`` pairs given before the sub-command."""
+    pairs: list[tuple[str, str]] = []
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "-c" and "=" in argv[i + 1]:
+            key, _, value = argv[i + 1].partition("=")
+            pairs.append((key, value))
+    return pairs
+
+
+def _canonical_git(argv: list[str], known_aliases: dict[str, str] | None = None) -> list[str]:
     """``git -C . --no-pager -c alias.l='log --all' l`` → ``git log --all``: global options
     dropped, a command-line alias expanded."""
-    aliases: dict[str, str] = {}
+    aliases: dict[str, str] = dict(known_aliases or {})
     i = 1
     while i < len(argv):
         arg = argv[i]
