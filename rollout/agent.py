@@ -150,7 +150,7 @@ class _Episode:
             self.fmt,
             self.prefix,
             self.fmt.assistant_text(summary_ids),
-            self.recent[-self.config.keep_recent_turns :] if self.config.keep_recent_turns else [],
+            self.recent if self.config.keep_recent_turns else [],
             index=len(self.result.sub_trajectories),
             policy_version=self.policy.policy_version,
             trainable=self.policy.trainable,
@@ -217,6 +217,7 @@ class _Episode:
             if not submitted:
                 traj.add_context(fmt.tool_responses_ids(outputs))
                 self.recent.append(Turn(traj.token_ids[turn_start:]))
+                del self.recent[: -max(config.keep_recent_turns, 1)]
             spent = time.perf_counter() - turn_started
             model_gateway = (result.model_s - model_before) + (result.gateway_s - gateway_before)
             result.overhead_ms.append(max(0.0, spent - model_gateway) * 1000)
