@@ -142,7 +142,7 @@ def _print_eval_table(file: Path, report: dict[str, Any]) -> None:
     summary.add_column("value", justify="right")
     for key, value in report.items():
         if key not in ("n", "per_category") and isinstance(value, int | float):
-            summary.add_row(key, f"{value:.3f}")
+            summary.add_row(key, str(value) if isinstance(value, int) else f"{value:.3f}")
     per_category = Table(title="recall per category")
     per_category.add_column("category")
     per_category.add_column("recall", justify="right")
