@@ -106,7 +106,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     @sandbox_app.command("exec")
     def exec_command(
         command: list[str] = typer.Argument(
-            ..., metavar="-- CMD...", help="Program and arguments; no shell is added"
+            ...,
+            metavar="-- CMD...",
+            help="Program and arguments, passed as they are (quoted for the sandbox's bash -c)",
         ),
         image: str = typer.Option("", "--image", help="Image (default: the configured sandbox image)"),
         timeout: float | None = typer.Option(None, "--timeout", help="Seconds before the command is killed"),

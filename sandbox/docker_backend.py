@@ -94,6 +94,25 @@ def workspace_archive(workspace: Path | bytes | None, limit: int) -> bytes | Non
     return data
 
 
+# Docker's default masked paths, plus host details an agent has no use for: the host kernel's command
+# line (boot flags, VM ports) and kernel symbol names. Setting MaskedPaths replaces the default list.
+MASKED_PATHS = [
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/proc/cmdline",
+    "/proc/kallsyms",
+    "/proc/modules",
+]
+
+
 def host_config_kwargs(limits: SandboxLimits, seccomp_profile: str | None) -> dict[str, Any]:
     """The hardening every sandbox container gets (arguments of ``create_host_config``)."""
     memory = limits.memory_bytes
@@ -429,7 +448,8 @@ class DockerBackend(SandboxBackend):
         self._token = uuid.uuid4().hex
         ownership.LIVE_TOKENS.add(self._token)
         self._sandboxes: dict[str, DockerSandbox] = {}
-        self._seccomp: str | bool | None = False  # False: not decided yet
+        self._seccomp: str | None = None
+        self._engine_memory = 0
         #: Per image, the index of the first runner launcher that works (``len`` means none does).
         self.launchers: dict[str, int] = {}
         self._gc_task: asyncio.Task | None = None
@@ -453,20 +473,21 @@ class DockerBackend(SandboxBackend):
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._threads, lambda: fn(*args, **kwargs))
 
-    async def _seccomp_profile(self) -> str | None:
-        if self._seccomp is False:
-            mode = self.settings.seccomp
-            if mode == "auto":
-                info = await self.call(self.client.info)
-                mode = "engine" if seccomp.engine_default_in_force(info.get("SecurityOptions")) else "rlguard"
-            self._seccomp = seccomp.profile_json() if mode == "rlguard" else None
-        return self._seccomp  # type: ignore[return-value]
+    async def _learn_engine(self) -> None:
+        """Read the engine's facts once: its seccomp default and how much memory it has."""
+        info = await self.call(self.client.info)
+        self._engine_memory = int(info.get("MemTotal") or 0)
+        mode = self.settings.seccomp
+        if mode == "auto":
+            mode = "engine" if seccomp.engine_default_in_force(info.get("SecurityOptions")) else "rlguard"
+        self._seccomp = seccomp.profile_json() if mode == "rlguard" else None
 
     async def _ensure_started(self) -> None:
         if self._closed:
             raise SandboxError("backend is closed")
         if not self._started:
             self._started = True
+            await self._learn_engine()
             await self.gc()
             self._gc_task = asyncio.get_running_loop().create_task(self._gc_forever())
 
@@ -519,9 +540,13 @@ class DockerBackend(SandboxBackend):
         labels[ownership.EPISODE] = spec.episode_id or ""
         if pooled:
             labels[ownership.POOLED] = "1"
-        profile = await self._seccomp_profile()
+        if self._engine_memory and spec.limits.memory_bytes > self._engine_memory:
+            raise SandboxError(
+                f"memory limit {spec.limits.memory} exceeds the engine's {self._engine_memory >> 20} MiB"
+            )
         api = self.client.api
-        host_config = api.create_host_config(**host_config_kwargs(spec.limits, profile))
+        host_config = api.create_host_config(**host_config_kwargs(spec.limits, self._seccomp))
+        host_config["MaskedPaths"] = MASKED_PATHS
         try:
             created = await self.call(
                 api.create_container,

@@ -27,13 +27,15 @@ class SandboxLimits(BaseModel):
     """Resource limits for one sandbox container; every field may be overridden per task."""
 
     memory: str = Field("1g", description="Memory limit (swap is set equal: no swap use)")
-    cpus: float = Field(1.0, gt=0, le=256, description="CPU quota in cores")
+    cpus: float = Field(1.0, gt=0, le=256, allow_inf_nan=False, description="CPU quota in cores")
     pids: int = Field(256, ge=16, description="Maximum processes/threads in the container")
     workspace_size: str = Field("512m", description="tmpfs size cap of /workspace (counts against memory)")
     tmp_size: str = Field("128m", description="tmpfs size cap of /tmp (counts against memory)")
     nofile: int = Field(1024, ge=64, description="Open-file ulimit")
     fsize_bytes: int = Field(256 * 1024 * 1024, gt=0, description="Largest file a process may write")
-    exec_timeout_s: float = Field(60.0, gt=0, le=86400, description="Default command timeout")
+    exec_timeout_s: float = Field(
+        60.0, gt=0, le=86400, allow_inf_nan=False, description="Default command timeout (seconds)"
+    )
     output_cap_bytes: int = Field(64 * 1024, ge=1024, le=64 * 1024 * 1024, description="Output kept per call")
     transfer_max_bytes: int = Field(
         64 * 1024 * 1024, ge=1024, description="Largest workspace archive or file moved in or out"

@@ -87,3 +87,10 @@ def test_terminated_exec_removes_its_sandbox(sandbox_image: str, docker_client) 
         proc.kill()
     assert proc.returncode == 2 and "interrupted" in err
     assert docker_client.containers.list(all=True, filters=label) == []
+
+
+def test_memory_above_the_engine_and_nan_timeout_are_clear_errors(sandbox_image: str) -> None:
+    huge = rlguard("sandbox", "exec", "--memory", "100000g", "--", "true")
+    assert huge.returncode == 2 and "exceeds the engine's" in huge.stderr
+    nan = rlguard("sandbox", "exec", "--timeout", "nan", "--", "true")
+    assert nan.returncode == 2 and "finite number" in nan.stderr and "Traceback" not in nan.stderr
