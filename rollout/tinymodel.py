@@ -15,9 +15,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-TINY_MODEL_VERSION = "tiny-qwen2-v1"
+TINY_MODEL_VERSION = "tiny-qwen2-v2"
 SEED = 1234
-VOCAB_SIZE = 3072
+VOCAB_SIZE = 4096
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -260,6 +260,151 @@ def _generated_corpus() -> str:
     return "\n".join(words)
 
 
+# The tool schemas (OpenAI function-calling format, as the gateway served them when this tokenizer
+# version was made) and the system prompt's tools header: every prompt starts with them, so merging
+# them into tokens shortens every sequence the trainer sees. Changing them needs a version bump.
+_TOOL_SCHEMAS: list[dict] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "Run a bash command in /workspace and return its combined stdout and stderr.",
+            "parameters": {
+                "additionalProperties": False,
+                "properties": {
+                    "command": {
+                        "description": "Bash command to run",
+                        "maxLength": 65536,
+                        "minLength": 1,
+                        "type": "string",
+                    },
+                    "timeout": {
+                        "description": "Seconds before the command is killed (default 60)",
+                        "exclusiveMinimum": 0,
+                        "maximum": 600.0,
+                        "type": "number",
+                    },
+                },
+                "required": ["command"],
+                "type": "object",
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a text file.",
+            "parameters": {
+                "additionalProperties": False,
+                "properties": {
+                    "path": {
+                        "description": "Path, relative to /workspace",
+                        "maxLength": 4096,
+                        "minLength": 1,
+                        "type": "string",
+                    }
+                },
+                "required": ["path"],
+                "type": "object",
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "description": "Create or overwrite a file with the given content.",
+            "parameters": {
+                "additionalProperties": False,
+                "properties": {
+                    "path": {
+                        "description": "Path, relative to /workspace",
+                        "maxLength": 4096,
+                        "minLength": 1,
+                        "type": "string",
+                    },
+                    "content": {
+                        "description": "The whole new content of the file",
+                        "maxLength": 786432,
+                        "type": "string",
+                    },
+                },
+                "required": ["path", "content"],
+                "type": "object",
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "edit_file",
+            "description": "Replace one exact occurrence of old_str with new_str in a file.",
+            "parameters": {
+                "additionalProperties": False,
+                "properties": {
+                    "path": {
+                        "description": "Path, relative to /workspace",
+                        "maxLength": 4096,
+                        "minLength": 1,
+                        "type": "string",
+                    },
+                    "old_str": {
+                        "description": "Exact text to replace; must occur once",
+                        "maxLength": 786432,
+                        "minLength": 1,
+                        "type": "string",
+                    },
+                    "new_str": {"description": "Replacement text", "maxLength": 786432, "type": "string"},
+                },
+                "required": ["path", "old_str", "new_str"],
+                "type": "object",
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "list_dir",
+            "description": "List the entries of a directory.",
+            "parameters": {
+                "additionalProperties": False,
+                "properties": {
+                    "path": {
+                        "default": ".",
+                        "description": "Directory, relative to /workspace",
+                        "maxLength": 4096,
+                        "minLength": 1,
+                        "type": "string",
+                    }
+                },
+                "type": "object",
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "submit",
+            "description": "Submit the work in /workspace for grading; call it once when done.",
+            "parameters": {"additionalProperties": False, "properties": {}, "type": "object"},
+        },
+    },
+]
+
+
+def _tools_corpus() -> str:
+    schemas = "\n".join(json.dumps(tool) for tool in _TOOL_SCHEMAS)
+    return (
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+        f"{schemas}\n</tools>\n\nFor each function call, return a json object with function name and "
+        "arguments within <tool_call></tool_call> XML tags:\n"
+        "You are a software engineering agent. You work in a repository at /workspace through the tools "
+        "below. Make the change the task asks for, check it with the tests, then call submit.\n"
+    )
+
+
 def default_tiny_model_dir() -> Path:
     """Where the tiny model is cached: ``<state_dir>/models/<version>``."""
     from rlguard.settings import get_settings
@@ -307,7 +452,7 @@ def build_tokenizer():  # -> transformers.PreTrainedTokenizerFast
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    raw.train_from_iterator([_CORPUS, _generated_corpus()] * 2, trainer=trainer)
+    raw.train_from_iterator([_CORPUS, _tools_corpus(), _generated_corpus()] * 2, trainer=trainer)
     # Tool markup: single tokens (as in Qwen) but not "special", so decoding keeps them in the text.
     raw.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_MARKUP])
     tokenizer = PreTrainedTokenizerFast(
