@@ -36,6 +36,7 @@ MATRIX = [
     ("POST", "/v1/episodes/{id}/subtrajectories", SUB, {"own_agent": 200, "other_agent": 403}),
     ("POST", "/v1/episodes/unknown-id/calls", CALL, {"own_agent": 403, "admin": 404}),
     ("GET", "/v1/audit/intercepts", None, {"own_agent": 403, "admin": 200}),
+    ("GET", "/v1/export", None, {"own_agent": 403, "admin": 200}),
 ]
 
 

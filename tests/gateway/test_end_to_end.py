@@ -2,7 +2,8 @@
 
 A client drives an episode exactly per the v1 API: it reads the task, cheats once (decoyed),
 writes the reference fix, uploads its sub-trajectories and finishes; grading gives the reward;
-``rlguard audit``, ``audit stats`` and ``export`` (JSONL and Parquet) then show the same facts.
+``rlguard audit``, ``audit stats`` and ``export`` (JSONL and Parquet), and ``GET /v1/export``,
+then show the same facts.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import subprocess
 import sys
 
 import httpx
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -109,3 +111,11 @@ def test_episode_end_to_end_then_audit_and_export(spawn_gateway, pg_database, tm
     parquet = tmp_path / "out.parquet"
     _cli(pg_database, "export", "--format", "parquet", "--out", str(parquet))
     assert pq.read_table(parquet).to_pylist() == rows
+
+    with httpx.Client(base_url=gw.url, headers=admin, timeout=120) as http:  # the same over HTTP
+        streamed = http.get("/v1/export")
+        assert streamed.headers["content-type"].startswith("application/x-ndjson")
+        assert [json.loads(line) for line in streamed.text.splitlines()] == rows
+        as_file = http.get("/v1/export", params={"format": "parquet"})
+        assert pq.read_table(pa.BufferReader(as_file.content)).to_pylist() == rows
+        assert http.get("/v1/export", params={"status": "running"}).status_code == 422

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
+import tempfile
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Query
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
 
 from rlguard.gateway.deps import GatewayState, require_admin, require_episode_access, state
+from rlguard.gateway.export import export
 from rlguard.gateway.schemas import (
     CallRequest,
     CreateEpisodeRequest,
@@ -215,3 +221,34 @@ def _utc(value: datetime | None) -> datetime | None:
     if value is None:
         return None
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+ExportStatus = Literal["finished", "timed_out", "interrupted", "failed"]
+
+
+@router.get(
+    "/export",
+    dependencies=[Depends(require_admin)],
+    responses={**_AUTH, 200: {"content": {"application/x-ndjson": {}, "application/vnd.apache.parquet": {}}}},
+    response_class=Response,
+    summary="Ended episodes as one row per sub-trajectory (JSON lines streamed, or a Parquet file)",
+)
+async def export_episodes(
+    gw: GatewayState = Depends(state),
+    format: Literal["jsonl", "parquet"] = "jsonl",
+    status: Annotated[list[ExportStatus], Query()] = ["finished"],  # noqa: B006 - FastAPI default
+) -> Response:
+    store = gw.episodes.db.store
+    statuses = tuple(status)
+    if format == "jsonl":
+        rows = (json.dumps(row) + "\n" for row in store.iter_export_rows(statuses))
+        return StreamingResponse(rows, media_type="application/x-ndjson")
+    tmp = Path(tempfile.mkdtemp(prefix="rlguard-export-"))
+    out = tmp / "episodes.parquet"
+    await asyncio.to_thread(export, store, out, "parquet", statuses)
+    return FileResponse(
+        out,
+        media_type="application/vnd.apache.parquet",
+        filename="episodes.parquet",
+        background=BackgroundTask(shutil.rmtree, tmp, ignore_errors=True),
+    )
