@@ -107,6 +107,16 @@ def critic_values(critic: GRUNet, tokens: torch.Tensor) -> torch.Tensor:
     return _shift_right(critic(tokens).squeeze(-1))
 
 
+def tokens_to_success(curve: list[dict], threshold: float = 0.9, window: int = 5) -> int | None:
+    """Environment tokens spent when the training success, averaged over ``window`` iterations,
+    first reaches ``threshold`` (None if it never does): the sample-efficiency side of the comparison,
+    which final success alone hides once both algorithms converge."""
+    for i in range(window - 1, len(curve)):
+        if sum(r["success"] for r in curve[i - window + 1 : i + 1]) / window >= threshold:
+            return int(curve[i]["env_tokens"])
+    return None
+
+
 @dataclass
 class RunResult:
     algo: str
@@ -309,7 +319,15 @@ def run_learn_bench(
         for horizon in HORIZONS:
             finals = [r.final_success for r in results if r.algo == algo and r.horizon == horizon]
             summary[f"{algo}_{horizon}"] = sum(finals) / len(finals)
-    summary["per_seed"] = [{k: v for k, v in asdict(r).items() if k != "curve"} for r in results]
+            reached = [tokens_to_success(r.curve) for r in results if r.algo == algo and r.horizon == horizon]
+            hits = [t for t in reached if t is not None]
+            summary[f"{algo}_{horizon}_tokens_to_0.9"] = (
+                sum(hits) / len(hits) if len(hits) == len(reached) else None
+            )
+    summary["per_seed"] = [
+        {**{k: v for k, v in asdict(r).items() if k != "curve"}, "tokens_to_0.9": tokens_to_success(r.curve)}
+        for r in results
+    ]
     summary["wall_seconds"] = time.perf_counter() - started
     summary["cpu_seconds"] = sum(r.cpu_seconds for r in results)
     (out_dir / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -319,9 +337,15 @@ def run_learn_bench(
 
 def render_summary(summary: dict) -> str:
     """The benchmark's result as a small plain-text table (what ``rlguard bench learn`` prints)."""
-    lines = [f"{'horizon':<8}{'ppo+critic':>12}{'grpo':>10}   budget (env tokens / run)"]
-    for horizon in HORIZONS:
-        ppo, grpo = summary[f"ppo_{horizon}"], summary[f"grpo_{horizon}"]
-        lines.append(f"{horizon:<8}{ppo:>12.3f}{grpo:>10.3f}   {summary['budget_tokens'][horizon]:,}")
+
+    def tokens(key: str) -> str:
+        value = summary.get(key)
+        return "never" if value is None else f"{value:,.0f}"
+
+    lines = [f"{'horizon':<8}{'ppo+critic':>12}{'grpo':>8}   {'tokens to 0.9 (ppo / grpo)':<30}budget / run"]
+    for h in HORIZONS:
+        ppo, grpo = summary[f"ppo_{h}"], summary[f"grpo_{h}"]
+        reach = f"{tokens(f'ppo_{h}_tokens_to_0.9')} / {tokens(f'grpo_{h}_tokens_to_0.9')}"
+        lines.append(f"{h:<8}{ppo:>12.3f}{grpo:>8.3f}   {reach:<30}{summary['budget_tokens'][h]:,}")
     lines.append(f"mean final success over {summary['seeds']} seed(s); {summary['wall_seconds']:.0f} s wall")
     return "\n".join(lines)

@@ -7,7 +7,14 @@ import pytest
 import torch
 
 from rlguard.errors import RlguardError
-from trainer.learn_bench import GRUNet, HyperParams, run_learn_bench, score_tokens, train_one
+from trainer.learn_bench import (
+    GRUNet,
+    HyperParams,
+    run_learn_bench,
+    score_tokens,
+    tokens_to_success,
+    train_one,
+)
 from trainer.plot import plot_run
 from trainer.synthetic_env import LONG, SHORT, rollout, sample_tasks
 
@@ -50,6 +57,15 @@ def test_bench_writes_results_metrics_and_pngs(tmp_path: Path) -> None:
     for name in ("learning_curves.png", "diagnostics.png"):
         png = tmp_path / name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_tokens_to_success_uses_a_moving_average() -> None:
+    curve = [
+        {"success": s, "env_tokens": 100 * (i + 1)}
+        for i, s in enumerate([0.2, 1.0, 0.2, 0.9, 0.9, 0.9, 0.95, 1.0])
+    ]
+    assert tokens_to_success(curve, threshold=0.9, window=3) == 600
+    assert tokens_to_success(curve, threshold=0.99, window=3) is None
 
 
 def test_plot_run_draws_a_training_run(tmp_path: Path) -> None:
