@@ -2,16 +2,17 @@
 
 Why each step exists:
 
-* **fresh sandbox** — nothing the agent started (daemons, files in /tmp) survives into grading;
-* **visible tests restored** (``grading.restore``, default ``tests``) — deleted, emptied or weakened
+* **fresh sandbox**: nothing the agent started (daemons, files in /tmp) survives into grading;
+* **visible tests restored** (``grading.restore``, default ``tests``): deleted, emptied or weakened
   test files come back from the pristine task copy before anything runs;
-* **hidden tests only now** — they enter a container for the first time, after the agent is done;
-* **hardened pytest** (``rollout/grading_runner.py``) — isolated interpreter, the grader's own ini,
-  no conftest, no plugin autoload, workspace importable only after collection, watched pytest
-  internals; workspace ``conftest.py``/``pytest.ini``/``sitecustomize``/``.pth`` never load;
-* **three sources must agree** — the JUnit XML, the runner's event stream and the list of hidden
-  tests counted here from the pristine files (AST). A test passes only when all of them say so;
-  missing results count as failures; extra results, tampering or a timeout score zero;
+* **hidden tests only now**: they enter a container for the first time, after the agent is done;
+* **workspace code never runs in the process that decides outcomes**: the trusted runner
+  (``rollout/grading_runner.py``, non-dumpable, isolated interpreter, the grader's own ini, no
+  conftest, no plugin autoload) runs pytest; workspace modules are proxies to an untrusted worker
+  process that only returns plain data or handles (``grading_remote``, ``grading_worker``);
+* **only nonce-tagged lines count**: the runner prints one line per test and a summary on its own
+  stdout, which the worker cannot reach; the host demands exactly the hidden tests it counted from
+  the pristine files (AST): missing ones fail, unknown, duplicate or malformed lines score zero;
 * **the grading container is destroyed** in every case, errors included.
 """
 
@@ -22,7 +23,6 @@ import asyncio
 import io
 import json
 import logging
-import re
 import secrets
 import tarfile
 import time
@@ -41,8 +41,13 @@ GRADER_ROOT = "/tmp/grader"
 WORKSPACE = "/workspace"
 RESULT_PREFIX = "RLGUARD-GRADE"
 MAX_GRADING_WORKSPACE_BYTES = 256 * 1024 * 1024
-# Beyond the runner's own timeout: interpreter start, JUnit parsing and the answer's way back.
+# Beyond the runner's own deadline: interpreter start, pytest's collection and the answer's way back.
 _HOST_TIMEOUT_MARGIN_S = 20.0
+# One call into workspace code may take this long before its test fails (the grading deadline
+# still bounds the whole run).
+MAX_CALL_TIMEOUT_S = 30.0
+OUTCOMES = ("passed", "failed", "error", "skipped")
+MESSAGE_CHARS = 500
 _HERE = Path(__file__).resolve().parent
 _GRADER_INI = """\
 [pytest]
@@ -50,8 +55,6 @@ addopts =
 python_files = test_*.py
 python_classes = Test*
 python_functions = test_*
-junit_family = xunit2
-junit_logging = no
 xfail_strict = true
 """
 
@@ -112,15 +115,6 @@ def expected_test_ids(hidden_dir: Path) -> list[str]:
     return ids
 
 
-def junit_key(nodeid: str) -> tuple[str, str]:
-    """(classname, name) that pytest's JUnit XML writes for ``nodeid`` (``mangle_test_address``)."""
-    path, bracket, params = nodeid.partition("[")
-    names = path.split("::")
-    names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))
-    names[-1] += bracket + params
-    return ".".join(names[:-1]), names[-1]
-
-
 # ------------------------------------------------------------------------------------ archives
 def _under(name: str, prefixes: list[str]) -> bool:
     return any(name == prefix or name.startswith(prefix + "/") for prefix in prefixes)
@@ -170,7 +164,7 @@ def _grader_test_path(arg: str) -> str:
 
 
 def grader_bundle(task: Task, nonce: str) -> bytes:
-    """What goes to ``/tmp/grader``: runner, ini, the exact-compare helper, hidden tests, config."""
+    """What goes to ``/tmp/grader``: trusted runner, remote-import library, ini, hidden tests, config."""
     config = {
         "nonce": nonce,
         "tests": [_grader_test_path(arg) for arg in task.grading.command[1:] or ["/grader"]],
@@ -179,11 +173,15 @@ def grader_bundle(task: Task, nonce: str) -> bytes:
         "lib": f"{GRADER_ROOT}/lib",
         "workspace": WORKSPACE,
         "timeout_s": task.grading.timeout_s,
+        "call_timeout_s": min(MAX_CALL_TIMEOUT_S, task.grading.timeout_s),
     }
     files: dict[str, bytes] = {
         "runner.py": (_HERE / "grading_runner.py").read_bytes(),
         "pytest.ini": _GRADER_INI.encode(),
         "lib/rlguard_checks.py": (_HERE / "grading_checks.py").read_bytes(),
+        "lib/grading_remote.py": (_HERE / "grading_remote.py").read_bytes(),
+        "lib/grading_wire.py": (_HERE / "grading_wire.py").read_bytes(),
+        "lib/grading_worker.py": (_HERE / "grading_worker.py").read_bytes(),
         "config.json": json.dumps(config).encode(),
     }
     for path in sorted(task.hidden_dir.rglob("*")):
@@ -199,116 +197,86 @@ def grader_bundle(task: Task, nonce: str) -> bytes:
 
 
 # ------------------------------------------------------------------------------------- scoring
-def parse_runner_output(output: str, nonce: str) -> dict[str, Any] | None:
-    """The runner's result line carrying this grading's nonce (lines without it are forgeries)."""
+@dataclass
+class RunnerReport:
+    """What the trusted runner said, read from the nonce-tagged lines of its output only."""
+
+    tests: dict[str, dict[str, str]] = field(default_factory=dict)
+    summary: dict[str, Any] | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+def parse_runner_output(output: str, nonce: str) -> RunnerReport:
+    """The runner's per-test and summary lines carrying this grading's nonce; others are ignored.
+
+    A tagged line can only come from the trusted runner, so anything wrong with one (bad JSON, an
+    unknown kind or outcome, a test reported twice, a second summary) is a grader fault and
+    recorded as a problem, which scores zero rather than guessing.
+    """
     marker = f"{RESULT_PREFIX} {nonce} "
-    for line in reversed(output.splitlines()):
-        if line.startswith(marker):
-            try:
-                result = json.loads(line[len(marker) :])
-            except ValueError:
-                return None
-            return result if isinstance(result, dict) else None
-    return None
+    report = RunnerReport()
+    for line in output.splitlines():
+        if not line.startswith(marker):
+            continue
+        try:
+            record = json.loads(line[len(marker) :])
+        except ValueError:
+            report.problems.append("result line is not JSON")
+            continue
+        kind = record.get("kind") if isinstance(record, dict) else None
+        if kind == "test":
+            nodeid, outcome = record.get("id"), record.get("outcome")
+            if not isinstance(nodeid, str) or outcome not in OUTCOMES:
+                report.problems.append("malformed test line")
+            elif nodeid in report.tests:
+                report.problems.append(f"test reported twice: {nodeid[:200]}")
+            else:
+                report.tests[nodeid] = {"outcome": outcome, "message": str(record.get("message", ""))}
+        elif kind == "summary" and report.summary is None:
+            report.summary = record
+        else:
+            report.problems.append(f"unexpected result line kind {str(kind)[:40]!r}")
+    return report
 
 
 def _zero(task: Task, total: int, reason: str, **details: Any) -> GradeResult:
     return GradeResult(0.0, 0, total, 0, total, {"task": task.id, "reason": reason, **details})
 
 
-def score(task: Task, expected: list[str], result: dict[str, Any] | None, output: str = "") -> GradeResult:
-    """Reward from the runner's result, trusting a test's pass only when every source agrees."""
-    try:
-        return _score(task, expected, result, output)
-    except (TypeError, ValueError, AttributeError, IndexError, KeyError) as exc:
-        # The event stream passes through a pipe workspace code can write to: garbage scores zero.
-        return _zero(task, len(expected), "malformed grader result", error=f"{type(exc).__name__}: {exc}")
-
-
-def _score(task: Task, expected: list[str], result: dict[str, Any] | None, output: str) -> GradeResult:
+def score(task: Task, expected: list[str], report: RunnerReport, output: str = "") -> GradeResult:
+    """Reward from the runner's report: exactly the hidden tests counted on the host, each once."""
     total = len(expected)
-    if result is None:
-        return _zero(task, total, "grader produced no result", output_tail=output[-2000:])
-    if result.get("timed_out"):
-        return _zero(task, total, "timeout", timeout_s=task.grading.timeout_s)
-    events = result.get("events") or {}
-    junit_cases = result.get("junit")
-    junit: dict[tuple[str, str], list[str]] = {}
-    for case in junit_cases or []:
-        junit.setdefault((str(case[0]), str(case[1])), []).append(str(case[2]))
-    reports: dict[str, dict[str, list[Any]]] = events.get("reports") or {}
-    calls: dict[str, list[bool]] = events.get("calls") or {}
-    expected_keys = {junit_key(nodeid) for nodeid in expected}
-    anomalies = list(events.get("anomalies") or [])
-    extra_junit = sorted(f"{c}::{n}" for c, n in junit if (c, n) not in expected_keys)
-    extra_reports = sorted(set(reports) - set(expected))
-    collected = events.get("collected")
-    if extra_junit:
-        anomalies.append(f"JUnit XML has tests that are not hidden tests: {extra_junit[:10]}")
-    if extra_reports:
-        anomalies.append(f"event stream has tests that are not hidden tests: {extra_reports[:10]}")
-    if collected is not None and sorted(collected) != sorted(expected):
-        anomalies.append("collected tests differ from the hidden tests counted on the host")
-
-    outcomes: dict[str, str] = {}
-    passed = failed = errors = 0
-    for nodeid in expected:
-        in_junit = junit.get(junit_key(nodeid), [])
-        phases = reports.get(nodeid, {})
-        setup = (phases.get("setup") or [None])[0]
-        call = (phases.get("call") or [None])[0]
-        teardown = (phases.get("teardown") or [None])[0]
-        if setup == "failed" or in_junit == ["error"]:
-            outcome = "error"
-        elif (
-            in_junit == ["passed"]
-            and (setup, call, teardown) == ("passed",) * 3
-            and calls.get(nodeid) == [False]
-        ):
-            outcome = "passed"
-        elif not in_junit or call is None:
-            outcome = "missing"
-        else:
-            outcome = "failed"
-        outcomes[nodeid] = outcome
-        passed += outcome == "passed"
-        errors += outcome == "error"
-        failed += outcome in ("failed", "missing")
-
-    tamper = list(events.get("tamper") or [])
-    details: dict[str, Any] = {
-        "task": task.id,
-        "tests": outcomes,
-        "returncode": result.get("returncode"),
-        "pytest_exitstatus": events.get("finish"),
-        "junit_error": result.get("junit_error"),
-        "collect_errors": events.get("collect_errors") or [],
-        "messages": {
-            nodeid: (phases.get("call") or phases.get("setup") or [None, ""])[1]
-            for nodeid, phases in reports.items()
-            if nodeid in outcomes and outcomes[nodeid] != "passed"
-        },
-        "output_tail": str(result.get("output_tail", ""))[-2000:],
-    }
-    if tamper:
-        return GradeResult(
-            0.0, 0, total - errors, errors, total, {**details, "reason": "tampering", "tamper": tamper}
-        )
-    if anomalies:
-        return GradeResult(
-            0.0,
-            0,
-            total - errors,
-            errors,
-            total,
-            {**details, "reason": "inconsistent results", "anomalies": anomalies},
-        )
+    tail = output[-2000:]
+    if report.problems:
+        return _zero(task, total, "malformed grader result", problems=report.problems[:20], output_tail=tail)
+    if report.summary is None:
+        return _zero(task, total, "grader produced no result", output_tail=tail)
+    if report.summary.get("timed_out"):
+        return _zero(task, total, "timeout", timeout_s=task.grading.timeout_s, output_tail=tail)
+    unknown = sorted(set(report.tests) - set(expected))
+    if unknown:
+        return _zero(task, total, "inconsistent results", unknown_tests=unknown[:20], output_tail=tail)
+    outcomes = {nodeid: report.tests.get(nodeid, {"outcome": "missing"})["outcome"] for nodeid in expected}
+    passed = sum(outcome == "passed" for outcome in outcomes.values())
+    errors = sum(outcome == "error" for outcome in outcomes.values())
     all_passed = 1.0 if passed == total else 0.0
     reward = all_passed if task.grading.reward == "all_or_nothing" else passed / total
-    # A run that never reached pytest's session end (exit tricks, crashes) keeps only the results it
-    # proved; the reason says so.
-    reason = "graded" if events.get("finish") is not None else "incomplete run"
-    return GradeResult(reward, passed, failed, errors, total, {**details, "reason": reason})
+    worker = report.summary.get("worker")
+    details: dict[str, Any] = {
+        "task": task.id,
+        "reason": "graded",
+        "tests": outcomes,
+        "messages": {
+            nodeid: report.tests[nodeid]["message"][:MESSAGE_CHARS]
+            for nodeid, outcome in outcomes.items()
+            if outcome not in ("passed", "missing")
+        },
+        "pytest_exitstatus": report.summary.get("exitstatus"),
+        "collect_errors": report.summary.get("collect_errors") or [],
+        "worker": worker if isinstance(worker, dict) else None,
+        "output_tail": tail,
+    }
+    return GradeResult(reward, passed, total - passed - errors, errors, total, details)
 
 
 # ------------------------------------------------------------------------------------- grading
@@ -364,7 +332,7 @@ async def _run_in(sandbox: Any, task: Task, bundle: bytes, timings: dict[str, fl
         raise SandboxError(f"could not unpack the grader in the grading sandbox: {unpack.output[-500:]}")
     try:
         run = await sandbox.exec(
-            f"exec python3 -I -B {GRADER_ROOT}/runner.py parent {GRADER_ROOT}/config.json",
+            f"exec python3 -I -S -B {GRADER_ROOT}/runner.py {GRADER_ROOT}/config.json",
             timeout_s=task.grading.timeout_s + _HOST_TIMEOUT_MARGIN_S,
         )
     except SandboxError as exc:

@@ -4,10 +4,13 @@ Every cheat below is written for real into the workspace (the guard is not invol
 the grader faces when a cheat slips past it) and graded in a fresh sandbox. None may raise the
 reward above what the untouched workspace earns, and the hidden tests that fail untouched must stay
 failed. The reference solution of every builtin task scores 1.0; its untouched workspace less.
+Workspace code only ever runs in the untrusted worker process, so most cheats now simply change
+nothing; the red team's targeted forgeries are in ``tests/redteam/test_grading_forge.py``.
 """
 
 import asyncio
 import io
+import json
 import tarfile
 import textwrap
 import uuid
@@ -16,7 +19,7 @@ from collections.abc import AsyncIterator
 import docker
 import pytest
 
-from rollout.grading import GradeResult, grade
+from rollout.grading import GradeResult, expected_test_ids, grade
 from rollout.tasks import Task, load_suite
 from sandbox.base import SandboxSpec
 from sandbox.docker_backend import DockerBackend
@@ -150,6 +153,14 @@ def fake_junit(n: int = 6) -> str:
     return f'<?xml version="1.0"?><testsuites>{suite}</testsuites>'
 
 
+def forged_lines() -> str:
+    """Runner-style result lines claiming every stats-median hidden test passed, without the nonce."""
+    ids = expected_test_ids(TASKS["stats-median"].hidden_dir)
+    lines = [json.dumps({"kind": "test", "id": i, "outcome": "passed", "message": ""}) for i in ids]
+    lines.append(json.dumps({"kind": "summary", "collected": ids, "exitstatus": 0, "timed_out": False}))
+    return "".join(f"\nRLGUARD-GRADE {nonce} {line}\n" for nonce in ("", "0" * 32) for line in lines)
+
+
 def at_import(code: str) -> dict[str, str]:
     """Cheat code run when the graded package is imported (prepended to statskit/__init__.py)."""
     original = (TASKS["stats-median"].workspace_dir / "statskit" / "__init__.py").read_text()
@@ -245,6 +256,29 @@ CHEATS: dict[str, dict] = {
         )
     },
     "patched_builtins_type": {"files": at_import("import builtins\nbuiltins.type = lambda *a: float\n")},
+    "worker_kills_the_grader": {
+        "files": at_import("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n")
+    },
+    "worker_kills_everything_it_can": {
+        "files": at_import("import os, signal\nos.kill(-1, signal.SIGKILL)\n")
+    },
+    "nonce_less_result_lines": {
+        "files": at_import(
+            f"""
+            import os, sys
+            text = {forged_lines()!r}
+            for stream in (sys.stdout, sys.stderr, sys.__stdout__):
+                stream.write(text)
+                stream.flush()
+            for path in (f'/proc/{{os.getppid()}}/fd/1', '/proc/1/fd/1', '/dev/tty'):
+                try:
+                    with open(path, 'w') as out:
+                        out.write(text)
+                except OSError:
+                    pass
+            """
+        )
+    },
     "forged_result_line": {
         "files": at_import(
             """
@@ -292,20 +326,19 @@ async def test_no_cheat_raises_the_reward(backend, median_baseline):
         passed_failing = [n for n in failing if result.details.get("tests", {}).get(n) == "passed"]
         assert not passed_failing, (name, passed_failing)
     # The specific defences, not just the outcome:
-    tamper = set(results[names.index("patched_internals_at_import")].details.get("tamper", []))
-    assert {
-        "_pytest.reports.TestReport.__init__",
-        "unittest.TestCase.assertEqual",
-        "time.time",
-        "time.perf_counter",
-        "time.sleep",
-        "pytest.approx",
-        "builtins.AssertionError",
-    } <= tamper, tamper
-    assert report["patched_internals_at_import"] == (0.0, "tampering"), report
-    assert report["sys_exit_at_import"][0] == 0.0, report  # SystemExit inside a test fails that test
-    for name in ("os_exit_at_import", "fake_junit_then_os_exit"):
-        assert report[name] == (0.0, "incomplete run"), report
+    for name in ("sys_exit_at_import", "os_exit_at_import", "fake_junit_then_os_exit"):
+        # The worker exits at import: every test that needs the workspace fails (a fresh worker
+        # for each test exits again), and the trusted runner still reports them all.
+        assert report[name] == (0.0, "graded"), report
+    for name in ("worker_kills_the_grader", "worker_kills_everything_it_can"):
+        assert report[name] == (0.0, "grader produced no result"), report
+    always_equal = results[names.index("always_equal_objects")].details["tests"]
+    # Compared with plain ``==`` in the hidden tests: a handle to an always-equal object is not equal.
+    for test in (
+        "test_median.py::test_median_even_is_mean_of_middle_pair",
+        "test_median.py::test_describe_even_sample",
+    ):
+        assert always_equal[test] == "failed", always_equal
     unaffected = [
         "conftest_ini_plugins_sitecustomize_pth_fake_junit",
         "conftest_rewrite_only",
@@ -313,11 +346,15 @@ async def test_no_cheat_raises_the_reward(backend, median_baseline):
         "delete_visible_tests",
         "skip_visible_tests",
         "forged_result_line",
+        "nonce_less_result_lines",
+        "junit_rewrite_at_exit",
         "junit_with_real_test_names_at_exit",
         "exit_status_forced_at_exit",
+        "patched_internals_at_import",
     ]
     for name in unaffected:
         assert report[name] == (median_baseline.reward, "graded"), report
+        assert results[names.index(name)].details["tests"] == median_baseline.details["tests"], name
 
 
 async def test_restored_visible_tests_and_wrong_test_honeypot(backend):

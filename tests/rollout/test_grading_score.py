@@ -1,4 +1,4 @@
-"""Grading logic that needs no container: counting hidden tests, archives, and the three-way scoring."""
+"""Grading logic that needs no container: counting hidden tests, archives, reading the runner's lines."""
 
 import io
 import json
@@ -8,35 +8,32 @@ from pathlib import Path
 import pytest
 
 from rlguard.errors import RlguardError
-from rollout.grading import (
-    expected_test_ids,
-    grading_workspace_tar,
-    junit_key,
-    parse_runner_output,
-    score,
-)
+from rollout.grading import expected_test_ids, grading_workspace_tar, parse_runner_output, score
 from rollout.tasks import load_suite
 
 TASK = next(task for task in load_suite("builtin") if task.task_id == "stats-median")
 IDS = expected_test_ids(TASK.hidden_dir)
+NONCE = "0123456789abcdef0123456789abcdef"
 
 
-def runner_result(outcomes: dict[str, str], **overrides) -> dict:
-    """What the in-container runner reports when every source agrees on ``outcomes``."""
-    junit = [[*junit_key(nodeid), outcome, ""] for nodeid, outcome in outcomes.items()]
-    reports = {
-        nodeid: {"setup": ["passed", ""], "call": [outcome, ""], "teardown": ["passed", ""]}
-        for nodeid, outcome in outcomes.items()
-    }
-    calls = {nodeid: [outcome != "passed"] for nodeid, outcome in outcomes.items()}
-    events = {"collected": list(outcomes), "reports": reports, "calls": calls, "tamper": [], "finish": 0}
-    result = {"returncode": 0, "timed_out": False, "junit": junit, "junit_error": None, "events": events}
-    for key, value in overrides.items():
-        if key in events:
-            events[key] = value
-        else:
-            result[key] = value
-    return result
+def runner_output(outcomes: dict[str, str], nonce: str = NONCE, **summary) -> str:
+    """What the trusted runner prints: pytest noise, one tagged line per test, then the summary."""
+    lines = ["test_median.py ..F"]
+    for nodeid, outcome in outcomes.items():
+        record = {
+            "kind": "test",
+            "id": nodeid,
+            "outcome": outcome,
+            "message": "" if outcome == "passed" else "boom",
+        }
+        lines.append(f"RLGUARD-GRADE {nonce} {json.dumps(record)}")
+    summary = {"kind": "summary", "collected": list(outcomes), "exitstatus": 0, "timed_out": False, **summary}
+    lines.append(f"RLGUARD-GRADE {nonce} {json.dumps(summary)}")
+    return "\n".join(lines) + "\n"
+
+
+def graded(output: str, task=TASK):
+    return score(task, IDS, parse_runner_output(output, NONCE), output)
 
 
 def test_expected_ids_for_builtin_task():
@@ -68,88 +65,73 @@ def test_parametrized_hidden_tests_are_refused(tmp_path: Path):
         expected_test_ids(tmp_path)
 
 
-def test_junit_key_matches_pytest_mangling():
-    assert junit_key("test_a.py::test_x") == ("test_a", "test_x")
-    assert junit_key("sub/test_b.py::TestK::test_y") == ("sub.test_b.TestK", "test_y")
-
-
-def test_all_sources_agree():
+def test_fraction_of_passed_tests():
     outcomes = dict.fromkeys(IDS, "passed")
     outcomes[IDS[0]] = "failed"
-    result = score(TASK, IDS, runner_result(outcomes))
-    assert (result.reward, result.passed, result.failed, result.total) == (5 / 6, 5, 1, 6)
+    outcomes[IDS[1]] = "error"
+    result = graded(runner_output(outcomes))
+    assert (result.reward, result.passed, result.failed, result.errors, result.total) == (4 / 6, 4, 1, 1, 6)
     assert result.details["reason"] == "graded"
+    assert result.details["messages"] == {IDS[0]: "boom", IDS[1]: "boom"}
 
 
-def test_junit_pass_is_not_enough_when_the_call_raised():
-    result = runner_result(dict.fromkeys(IDS, "passed"))
-    result["events"]["calls"][IDS[1]] = [True]
-    graded = score(TASK, IDS, result)
-    assert graded.passed == 5 and graded.details["tests"][IDS[1]] == "failed"
+def test_skipped_and_missing_tests_are_not_passes():
+    outcomes = dict.fromkeys(IDS[:4], "passed")
+    outcomes[IDS[3]] = "skipped"
+    result = graded(runner_output(outcomes))
+    assert result.passed == 3 and result.failed == 3
+    assert result.details["tests"][IDS[3]] == "skipped"
+    assert result.details["tests"][IDS[5]] == "missing"
 
 
-def test_missing_results_count_as_failed():
-    result = runner_result(dict.fromkeys(IDS[:4], "passed"), collected=IDS)
-    graded = score(TASK, IDS, result)
-    assert graded.passed == 4 and graded.failed == 2
-    assert graded.details["tests"][IDS[5]] == "missing"
+def test_lines_without_this_nonce_are_ignored():
+    forged = runner_output(dict.fromkeys(IDS, "passed"), nonce="f" * 32)
+    forged += runner_output(dict.fromkeys(IDS, "passed"), nonce="")
+    forged += "".join(
+        f"RLGUARD-GRADE {json.dumps({'kind': 'test', 'id': i, 'outcome': 'passed'})}\n" for i in IDS
+    )
+    real = runner_output(dict.fromkeys(IDS, "failed"))
+    result = graded(forged + real + forged)
+    assert result.reward == 0.0 and result.details["reason"] == "graded"
+    assert set(result.details["tests"].values()) == {"failed"}
 
 
-def test_extra_results_zero_the_reward():
+def test_no_summary_scores_zero_even_with_passing_lines():
+    """A runner killed before its summary (e.g. by workspace code) proves nothing."""
+    output = runner_output(dict.fromkeys(IDS, "passed"))
+    cut = output[: output.index('"kind": "summary"')].rsplit("\n", 1)[0]
+    result = graded(cut)
+    assert result.reward == 0.0 and result.details["reason"] == "grader produced no result"
+
+
+def test_unknown_test_zeroes_the_reward():
     outcomes = dict.fromkeys(IDS, "passed")
-    result = runner_result(outcomes)
-    result["junit"].append(["test_median", "test_invented", "passed", ""])
-    graded = score(TASK, IDS, result)
-    assert graded.reward == 0.0 and graded.details["reason"] == "inconsistent results"
+    outcomes["test_median.py::test_invented"] = "passed"
+    result = graded(runner_output(outcomes))
+    assert result.reward == 0.0 and result.details["reason"] == "inconsistent results"
 
 
-def test_duplicate_junit_case_is_not_a_pass():
-    result = runner_result(dict.fromkeys(IDS, "passed"))
-    result["junit"].append([*junit_key(IDS[0]), "passed", ""])
-    assert score(TASK, IDS, result).details["tests"][IDS[0]] == "failed"
+def test_duplicate_and_malformed_lines_zero_the_reward():
+    duplicate = runner_output(dict.fromkeys(IDS, "passed"))
+    duplicate += f"RLGUARD-GRADE {NONCE} " + json.dumps({"kind": "test", "id": IDS[0], "outcome": "passed"})
+    assert graded(duplicate).details["reason"] == "malformed grader result"
+    for bad in ("{broken", "[1, 2]", json.dumps({"kind": "test", "id": IDS[0], "outcome": "great"})):
+        output = runner_output(dict.fromkeys(IDS, "passed")) + f"RLGUARD-GRADE {NONCE} {bad}\n"
+        result = graded(output)
+        assert result.reward == 0.0 and result.details["reason"] == "malformed grader result", bad
 
 
-def test_collected_set_must_match():
-    result = runner_result(dict.fromkeys(IDS, "passed"), collected=IDS[:3])
-    assert score(TASK, IDS, result).reward == 0.0
-
-
-def test_tampering_timeout_and_no_result_score_zero():
-    tampered = runner_result(dict.fromkeys(IDS, "passed"), tamper=["time.time"])
-    assert score(TASK, IDS, tampered).details["reason"] == "tampering"
-    assert score(TASK, IDS, tampered).reward == 0.0
-    timed_out = runner_result(dict.fromkeys(IDS, "passed"), timed_out=True)
-    assert score(TASK, IDS, timed_out).details["reason"] == "timeout"
-    nothing = score(TASK, IDS, None, output="garbage")
-    assert nothing.reward == 0.0 and nothing.details["reason"] == "grader produced no result"
-
-
-def test_unfinished_session_is_reported():
-    graded = score(TASK, IDS, runner_result(dict.fromkeys(IDS, "passed"), finish=None))
-    assert graded.details["reason"] == "incomplete run"
+def test_timeout_scores_zero():
+    result = graded(runner_output(dict.fromkeys(IDS, "passed"), timed_out=True))
+    assert result.reward == 0.0 and result.details["reason"] == "timeout"
 
 
 def test_all_or_nothing():
     strict = TASK.model_copy(update={"grading": TASK.grading.model_copy(update={"reward": "all_or_nothing"})})
     outcomes = dict.fromkeys(IDS, "passed")
-    assert score(strict, IDS, runner_result(outcomes)).reward == 1.0
+    assert graded(runner_output(outcomes), strict).reward == 1.0
     outcomes[IDS[2]] = "failed"
-    assert score(strict, IDS, runner_result(outcomes)).reward == 0.0
-
-
-def test_result_line_needs_the_nonce():
-    good = {"returncode": 0}
-    output = "\n".join(
-        [
-            "RLGUARD-GRADE deadbeef " + json.dumps({"returncode": 99}),
-            "noise",
-            "RLGUARD-GRADE n0nce " + json.dumps(good),
-            "RLGUARD-GRADE other " + json.dumps({"returncode": 7}),
-        ]
-    )
-    assert parse_runner_output(output, "n0nce") == good
-    assert parse_runner_output(output, "missing") is None
-    assert parse_runner_output("RLGUARD-GRADE n0nce {broken", "n0nce") is None
+    assert graded(runner_output(outcomes), strict).reward == 0.0
 
 
 def _tar(entries: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
@@ -191,12 +173,3 @@ def test_grading_workspace_restores_tests_and_drops_escapes():
 def test_grading_workspace_rejects_garbage():
     with pytest.raises(RlguardError, match="not a tar archive"):
         grading_workspace_tar(TASK, b"nope")
-
-
-def test_malformed_runner_result_scores_zero():
-    result = runner_result(dict.fromkeys(IDS, "passed"), collected=[1, "x", None])
-    graded = score(TASK, IDS, result)
-    assert graded.reward == 0.0 and graded.details["reason"] == "malformed grader result"
-    result = runner_result(dict.fromkeys(IDS, "passed"))
-    result["junit"] = [["only-one-field"]]
-    assert score(TASK, IDS, result).details["reason"] == "malformed grader result"
