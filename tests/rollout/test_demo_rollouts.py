@@ -3,6 +3,8 @@
 import os
 from pathlib import Path
 
+import pytest
+
 from rlguard.settings import Settings
 from rlguard.store.repository import Store
 from rollout.demo_run import print_demo_report, run_demo_rollouts
@@ -39,3 +41,21 @@ def test_demo_rollouts_store_compacted_intercepted_consistent_episodes(tmp_path:
     generated = {result.episode_id: result.generated_tokens for _, result in report.results}
     for episode_id, n in generated.items():
         assert sum(sum(r["action_mask"]) for r in rows if r["episode_id"] == episode_id) == n
+
+
+@pytest.mark.postgres
+def test_demo_rollouts_honour_a_postgres_database_url(tmp_path: Path, postgres_url: str) -> None:
+    settings = Settings(
+        state_dir=tmp_path,
+        database_url=postgres_url,
+        instance=f"test-demo-pg-{os.getpid()}",
+        admin_token="demo-test-token",
+    )
+    settings.sandbox.warm_pool_size = 1
+    report = run_demo_rollouts(settings, concurrency=2, tasks=["builtin/stats-median"])
+
+    ids = {result.episode_id for _, result in report.results}
+    assert len(ids) == 2
+    rows = [r for r in Store.from_url(postgres_url).iter_export_rows() if r["episode_id"] in ids]
+    assert {r["episode_id"] for r in rows} == ids
+    assert {r["reward"] for r in rows} == {result.reward for _, result in report.results}
