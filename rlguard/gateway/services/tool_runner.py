@@ -95,11 +95,7 @@ async def _edit(sandbox: Sandbox, path: str, old: str, new: str, limits: Sandbox
         return text
     content, _ = text
     count = content.count(old)
-    if count == 0:
-        return ToolAnswer(f"edit_file: old_str not found in {path}; nothing changed", 1, False)
-    if count > 1:
-        return ToolAnswer(
-            f"edit_file: old_str occurs {count} times in {path}; add context so it matches once", 1, False
-        )
+    if count != 1:
+        return wording.edit_mismatch_answer(path, count)
     await sandbox.write_file(path, content.replace(old, new, 1).encode("utf-8"))
     return wording.edit_success_answer(path)
