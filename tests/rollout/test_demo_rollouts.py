@@ -1,4 +1,4 @@
-"""The demo's episode step on one long-horizon task: what ``rlguard export`` then yields is complete."""
+"""The demo's episode step: what `rlguard export` then yields is complete, in the configured database."""
 
 import os
 from pathlib import Path
