@@ -60,6 +60,9 @@ class PythonFacts:
     shell: list[str | list[str]] = field(default_factory=list)  # strings or argv lists to run
     python: list[str] = field(default_factory=list)  # code handed to exec/eval
     paths: list[str] = field(default_factory=list)
+    # files the code writes: (path, content); "{}" marks an unknown part of the path, content is
+    # None when it is computed (write_text(re.sub(...))) and the text when it is a literal
+    written: list[tuple[str, str | None]] = field(default_factory=list)
 
 
 def _const_str(node: ast.AST) -> str | None:
@@ -77,8 +80,8 @@ def _const_str(node: ast.AST) -> str | None:
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
         # pathlib: Path("/") / "hidden" / "t.py"
         left, right = _const_str(node.left), _const_str(node.right)
-        if left is not None and right is not None:
-            return posixpath.join(left, right)
+        if right is not None:  # Path(site.getsitepackages()[0]) / "usercustomize.py": keep the name
+            return posixpath.join(left if left is not None else "{}", right)
     if (
         isinstance(node, ast.Attribute)
         and node.attr in ("sep", "pathsep")
@@ -113,6 +116,7 @@ class _Visitor:
         self.out = out
         self.aliases: dict[str, str] = {}
         self.strings: dict[str, str] = {}  # simple NAME = "constant" assignments
+        self.handles: dict[str, str] = {}  # NAME -> path of a file opened for writing
 
     # ---- names -------------------------------------------------------------------------------
     def dotted(self, node: ast.AST) -> str | None:
@@ -166,12 +170,61 @@ class _Visitor:
             isinstance(node.value.func, ast.Name) and node.value.func.id == "getattr"
         ):
             alias = None  # x = f(): x is f's result, not f; only getattr(obj, "name") names a function
+        opened = self._opened_for_writing(node.value)
         for target in node.targets:
             self._assigned(target, node.value)
+            if opened is not None and isinstance(target, ast.Name):
+                self.handles[target.id] = opened
             if value is not None and isinstance(target, ast.Name):
                 self.strings[target.id] = value
             if alias and isinstance(target, ast.Name):  # quit_now = getattr(os, "_exit")
                 self.aliases[target.id] = alias
+
+    def visit_With(self, node: ast.With | ast.AsyncWith) -> None:
+        for item in node.items:
+            path = self._opened_for_writing(item.context_expr)
+            if path is not None and isinstance(item.optional_vars, ast.Name):
+                self.handles[item.optional_vars.id] = path
+
+    visit_AsyncWith = visit_With
+
+    def _opened_for_writing(self, node: ast.AST) -> str | None:
+        """The path of ``open(P, "w")`` / ``Path(P).open("a")``, or None when not opened to write."""
+        if not isinstance(node, ast.Call):
+            return None
+        func = node.func
+        name = self.dotted(func) or ""
+        if name in ("open", "io.open", "codecs.open", "builtins.open") and node.args:
+            target, mode_node = node.args[0], node.args[1] if len(node.args) > 1 else None
+        elif isinstance(func, ast.Attribute) and func.attr == "open":
+            target, mode_node = func.value, node.args[0] if node.args else None
+        else:
+            return None
+        for kw in node.keywords:
+            if kw.arg == "mode":
+                mode_node = kw.value
+        mode = self.string(mode_node) if mode_node is not None else "r"
+        if not mode or not any(c in mode for c in "wax+"):
+            return None
+        return self.string(target)
+
+    def _note_written(self, node: ast.Call) -> None:
+        """``P.write_text(S)``, ``open(P, "w").write(S)``, ``fh.write(S)`` with fh opened on P."""
+        func = node.func
+        if not isinstance(func, ast.Attribute) or func.attr not in ("write_text", "write_bytes", "write"):
+            return
+        receiver = func.value
+        if func.attr == "write":
+            path = (
+                self.handles.get(receiver.id)
+                if isinstance(receiver, ast.Name)
+                else self._opened_for_writing(receiver)
+            )
+        else:
+            path = self.string(receiver)
+        if path:
+            content = self.string(node.args[0]) if node.args else None
+            self.out.written.append((path, content))
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         self._assigned(node.target, node.value)
@@ -280,6 +333,7 @@ class _Visitor:
             rendered = ", ".join(repr(a[:MAX_FACT_ARG]) for a in args)
             self.out.facts.append(f"call:{name}({rendered})")
             self._special_call(name, node)
+        self._note_written(node)
 
     def _special_call(self, name: str, node: ast.Call) -> None:
         first = node.args[0] if node.args else None

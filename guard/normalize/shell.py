@@ -48,6 +48,9 @@ _SPLIT_KINDS = frozenset({"simple_expansion", "expansion", "command_substitution
 _QUOTED_KINDS = frozenset({"string", "raw_string", "ansi_c_string"})
 _PATTERN_FIRST = frozenset({"sed", "grep", "egrep", "fgrep", "rg", "ag", "ack", "awk", "gawk", "jq"})
 _WHITESPACE = re.compile(r"\s")
+_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+_ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
+MAX_ENV_FACT = 200  # characters of an environment value kept in its ``env:`` fact
 _HEREDOC_THEN_REDIRECT = re.compile(
     r"""(?P<heredoc><<-?\s*(?P<q>['"]?)\w+(?P=q))"""
     r"""(?P<redirects>(?:[ \t]+\d*(?:>>?|<|&>>?|>&|<&)[ \t]*[^\s|;&<>]+)+)"""
@@ -155,6 +158,9 @@ class Findings:
                     sub.run(item)
             for inner in pf.python:
                 self.add_code("python", inner, origin, None, depth + 1, cwd)
+            if origin == "run":  # files code run by the call writes are the call's writes
+                for written, content in pf.written:
+                    self.note_write(written, content, cwd, depth + 1)
         elif lang == "shell":
             ShellWalker(self, depth + 1, f"{origin}:{path}" if origin == "write" else "script", cwd).run(text)
         elif lang == "make":
@@ -341,6 +347,13 @@ class ShellWalker:
             self.vars.pop(_text(name), None)
         else:
             self.vars[_text(name)] = text
+            self.note_env(_text(name), text)
+
+    def note_env(self, name: str, value: str) -> None:
+        """``env:NAME=VALUE`` for environment-style (upper-case) names, so rules can read what
+        ``PYTEST_ADDOPTS=... pytest`` or ``export PYTEST_ADDOPTS=...`` sets, not only that it is set."""
+        if _ENV_NAME.match(name):
+            self.f.facts.append(f"env:{name}={value[:MAX_ENV_FACT]}")
 
     def substitution(self, node: Node, level: int) -> str | None:
         outs = [self.stmt(c, None, level + 1) for c in node.named_children]
@@ -577,7 +590,21 @@ class ShellWalker:
                     key, _, value = arg.partition("=")
                     self.vars[key] = value
                     self.f.facts.append(f"export:{key}")
+                    self.note_env(key, value)
             return None
+        if name in ("env", "sudo"):  # env NAME=VALUE cmd: the assignments are environment too
+            value_opts = programs.WRAPPERS[name].value_opts
+            skip = False
+            for arg in argv[1:]:
+                if skip:
+                    skip = False
+                elif _ASSIGNMENT.match(arg):
+                    key, _, value = arg.partition("=")
+                    self.note_env(key, value)
+                elif arg.startswith("-"):
+                    skip = arg in value_opts
+                else:
+                    break
         unwrapped = programs.unwrap(name, argv)
         if unwrapped is not None:
             inner, shell_string = unwrapped
@@ -657,6 +684,14 @@ class ShellWalker:
             self.f.facts.append(f"write:{absolute(operands[-1], self.cwd)}")
             if operands[0] == "/dev/null":
                 self.f.facts.append(f"write_empty:{absolute(operands[-1], self.cwd)}")
+        elif name == "rsync" and len(operands) >= 2:
+            # --delete* empties the destination of what the source lacks; --remove-source-files
+            # deletes the sources: an empty source synced with --delete wipes a tree
+            if any(a.startswith("--delete") or a == "--del" for a in argv):
+                self.f.facts.append(f"delete:{absolute(operands[-1], self.cwd)}")
+            if "--remove-source-files" in argv:
+                self.f.facts.extend(f"delete:{absolute(p, self.cwd)}" for p in operands[:-1])
+            self.f.facts.append(f"write:{absolute(operands[-1], self.cwd)}")
         elif name == "truncate":
             size = next((a for a in argv if a.startswith(("-s", "--size"))), "")
             sized = size in ("-s", "--size") and "-s0" not in argv
@@ -775,9 +810,12 @@ class ShellWalker:
 
 def _edits_in_place(name: str, argv: list[str]) -> bool:
     """sed/awk -i / --in-place, perl/ruby -i (also bundled: ``perl -pi -e``)."""
-    if name in ("sed", "awk", "gawk"):
+    if name == "sed":  # bundled short options too: sed -Ei, sed -ni
+        return any(a.startswith("--in-place") or re.match(r"^-[a-zA-Z]*i", a) for a in argv)
+    if name in ("awk", "gawk"):
         return any(a.startswith(("-i", "--in-place")) for a in argv)
-    return name in ("perl", "ruby") and any(re.match(r"^-[a-zA-Z]*i", a) for a in argv)
+    # perl bundles may carry -0 / -l digits before the i: perl -0pi, perl -l0pi.bak
+    return name in ("perl", "ruby") and any(re.match(r"^-[a-zA-Z0-9]*i", a) for a in argv)
 
 
 def _xargs_inner(argv: list[str], inner: list[str], stdin: str) -> list[str]:
