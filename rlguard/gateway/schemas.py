@@ -103,6 +103,16 @@ class CreateEpisodeResponse(BaseModel):
     tools: list[dict[str, Any]]
 
 
+EndReason = Literal["submitted", "max_turns", "max_tokens", "timeout", "context_full", "error"]
+
+
+class FinishRequest(_Strict):
+    """Optional body of ``finish``: why the runner ended the episode. The trainer bootstraps episodes
+    cut off by a limit (max_turns, max_tokens, timeout, context_full) from the critic instead of 0."""
+
+    end_reason: EndReason | None = None
+
+
 class FinishResponse(BaseModel):
     reward: float
     details: dict[str, Any]

@@ -220,3 +220,15 @@ def test_arguments_may_be_openai_json_text(episode) -> None:
         assert ok.status_code == 200 and ok.json()["output"] == "from-text\n"
         bad = client.post(url, json={"tool": "bash", "arguments": "{not json"})
         assert bad.status_code == 422 and "not JSON" in bad.json()["message"]
+
+
+def test_finish_records_the_runners_end_reason_and_rejects_unknown_ones(episode) -> None:
+    with episode.client() as client:
+        url = f"/v1/episodes/{episode.id}/finish"
+        bad = client.post(url, json={"end_reason": "bored"})
+        assert bad.status_code == 422
+        done = client.post(url, json={"end_reason": "max_turns"})
+        assert done.status_code == 200, done.text
+        assert done.json()["details"]["end_reason"] == "max_turns"
+    with episode.gateway.admin() as admin:
+        assert admin.get(f"/v1/episodes/{episode.id}").json()["details"]["end_reason"] == "max_turns"

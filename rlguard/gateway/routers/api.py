@@ -21,6 +21,7 @@ from rlguard.gateway.schemas import (
     CreateEpisodeRequest,
     CreateEpisodeResponse,
     EpisodeView,
+    FinishRequest,
     FinishResponse,
     InterceptPage,
     SubTrajectoryCreated,
@@ -104,9 +105,11 @@ async def call_tool(
     dependencies=[Depends(require_episode_access)],
     responses={**_AUTH, **_404, **_409},
 )
-async def finish_episode(episode_id: str, gw: GatewayState = Depends(state)) -> FinishResponse:
+async def finish_episode(
+    episode_id: str, body: FinishRequest | None = None, gw: GatewayState = Depends(state)
+) -> FinishResponse:
     try:
-        outcome = await gw.episodes.finish(episode_id)
+        outcome = await gw.episodes.finish(episode_id, end_reason=body.end_reason if body else None)
     except EpisodeNotFound as exc:
         raise _not_found(episode_id) from exc
     except EpisodeNotRunning as exc:

@@ -326,8 +326,12 @@ class EpisodeService:
         self.metrics.calls.labels(tool, verdict.action.value, verdict.category or "").inc()
         self.metrics.call_seconds.labels(tool).observe(total_ms / 1000)
 
-    async def finish(self, episode_id: str) -> GradeOutcome:
-        """Grade the final workspace in a fresh container, destroy the sandbox, record the reward."""
+    async def finish(self, episode_id: str, end_reason: str | None = None) -> GradeOutcome:
+        """Grade the final workspace in a fresh container, destroy the sandbox, record the reward.
+
+        ``end_reason`` (from the runner) is kept in the details: the trainer reads it to tell an
+        episode cut off by a limit (bootstrapped from the critic) from one the agent ended.
+        """
         live = await self._live_or_raise(episode_id)
         async with live.lock:
             if live.closed:
@@ -344,6 +348,8 @@ class EpisodeService:
             finally:
                 await self._release(live)
             details["status"] = status.value
+            if end_reason is not None:
+                details["end_reason"] = end_reason
             await self.db.run(self.db.store.end_episode, episode_id, status, reward=reward, details=details)
         self.metrics.episodes.labels(status.value).inc()
         log.info("episode ended", extra={"episode_id": episode_id, "status": status.value, "reward": reward})
