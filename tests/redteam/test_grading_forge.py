@@ -212,7 +212,7 @@ async def untouched_and_forged() -> list[tuple[str, GradeResult]]:
     jobs += [
         (name, workspace_with(task, {PACKAGE_INIT: forge + "\n" + original})) for name, forge in FORGERIES
     ]
-    gate = asyncio.Semaphore(3)
+    gate = asyncio.Semaphore(len(jobs))
 
     async def one(archive: bytes) -> GradeResult:
         async with gate:

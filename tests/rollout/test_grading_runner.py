@@ -11,11 +11,13 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
 from rollout import grading
+from rollout import grading_wire as wire
 
 NONCE = "feedfacefeedfacefeedfacefeedface"
 ROLLOUT = Path(grading.__file__).resolve().parent
@@ -245,3 +247,53 @@ def test_grading_deadline_marks_the_run_timed_out(tmp_path):
     result, _ = run_runner(tmp_path, timeout_s=3, call_timeout_s=30)
     assert result["summary"]["timed_out"] is True
     assert result["outcomes"]["test_hang_fails_this_test"] == "failed"
+
+
+# ------------------------------------------------------------------------------ wire format
+def _no_other(value):
+    raise TypeError(f"not plain: {type(value).__name__}")
+
+
+def test_wire_round_trips_plain_data_with_exact_types():
+    value = [
+        None,
+        True,
+        1,
+        1.0,
+        "s",
+        b"b",
+        (1, (2,)),
+        {1: "a", (2, 3): [4]},
+        {5},
+        frozenset({6}),
+        Decimal("1.10"),
+    ]
+    data = wire.decode(wire.loads(wire.dumps({"v": wire.encode(value, _no_other)}))["v"], _no_other)
+    assert data == value
+    assert [type(x) for x in data] == [type(x) for x in value]
+
+
+def test_wire_sends_subclasses_and_unknown_tags_to_the_hook():
+    class Sneaky(float):
+        def __eq__(self, other):
+            return True
+
+    seen = []
+    wire.encode([Sneaky(1.0), True], lambda v: seen.append(type(v).__name__) or {"t": "h", "id": 1})
+    assert seen == ["Sneaky"]
+    with pytest.raises(wire.WireError):
+        wire.decode({"v": [1]}, _no_other)  # an untagged object is never plain data
+    with pytest.raises(wire.WireError):
+        wire.decode({"t": "set", "v": [[1]]}, _no_other)  # unhashable member
+
+
+def test_wire_caps_depth_and_size():
+    deep: list = []
+    for _ in range(wire.MAX_DEPTH + 5):
+        deep = [deep]
+    with pytest.raises(wire.WireError, match="deeper"):
+        wire.encode(deep, _no_other)
+    with pytest.raises(wire.WireError, match="values"):
+        wire.decode([0] * (wire.MAX_ITEMS + 1), _no_other)
+    with pytest.raises(wire.WireError):
+        wire.loads(b"[1, 2]")
