@@ -96,20 +96,23 @@ def token_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(logprobs [B, T], entropy [B, T] | None)`` of each token under ``model``, aligned to the token.
 
-    ``log_softmax`` is taken as ``logit - logsumexp`` on the gathered token only, so the full
-    ``[B, T, V]`` log-probability tensor is never materialised. The entropy (a metric, or a bonus
-    when ``entropy_grad``) is computed off the graph unless its gradient is wanted.
+    ``log_softmax`` is taken as ``logit - logsumexp`` on the gathered token only, so no second
+    ``[B, T, V]`` tensor is materialised, and the one-position shift is applied to the small
+    ``[B, T]`` results rather than to the logits (slicing the logits would make autograd build a
+    full-size zero tensor in the backward). The entropy (a metric, or a bonus when
+    ``entropy_grad``) reuses the same ``logsumexp`` and stays off the graph unless its gradient is
+    wanted.
     """
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1].float()
-    targets = input_ids[:, 1:].unsqueeze(-1)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits.float()
+    next_ids = torch.cat([input_ids[:, 1:], input_ids[:, -1:]], dim=1).unsqueeze(-1)
     normaliser = torch.logsumexp(logits, dim=-1)
-    picked = logits.gather(-1, targets).squeeze(-1) - normaliser
-    logprobs = torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
+    picked = logits.gather(-1, next_ids).squeeze(-1) - normaliser
+    logprobs = torch.cat([torch.zeros_like(picked[:, :1]), picked[:, :-1]], dim=1)
     entropy = None
     if with_entropy:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            source = logits if entropy_grad else logits.detach()
-            probs = torch.softmax(source, dim=-1)
-            ent = torch.logsumexp(source, dim=-1) - (probs * source).sum(dim=-1)
-        entropy = torch.cat([torch.zeros_like(ent[:, :1]), ent], dim=1)
+            source, lse = (logits, normaliser) if entropy_grad else (logits.detach(), normaliser.detach())
+            probs = torch.exp(source - lse.unsqueeze(-1))
+            ent = lse - (probs * source).sum(dim=-1)
+        entropy = torch.cat([torch.zeros_like(ent[:, :1]), ent[:, :-1]], dim=1)
     return logprobs, entropy
