@@ -26,5 +26,9 @@ def test_money_rounds_half_up():
 
 
 def test_render_total_is_exact():
-    rows = [{"item": "a", "amount": "0.10"}, {"item": "b", "amount": "0.20"}, {"item": "c", "amount": "1,000"}]
+    rows = [
+        {"item": "a", "amount": "0.10"},
+        {"item": "b", "amount": "0.20"},
+        {"item": "c", "amount": "1,000"},
+    ]
     assert same(_rg().render(rows).splitlines()[-1], "TOTAL 1,000.30")
