@@ -44,6 +44,17 @@ _SHELL_CALLS = frozenset(
         "os.posix_spawnp",
     }
 )
+_COPY_CALLS = frozenset(
+    {
+        "shutil.copy",
+        "shutil.copy2",
+        "shutil.copyfile",
+        "shutil.move",
+        "shutil.copytree",
+        "os.rename",
+        "os.replace",
+    }
+)
 _EXEC_CALLS = frozenset({"exec", "eval", "compile", "builtins.exec", "builtins.eval"})
 _EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort", "builtins.exit", "pytest.exit"})
 _FRAME_ATTRS = frozenset({"f_back", "f_locals", "f_globals", "tb_frame", "gi_frame"})
@@ -209,8 +220,15 @@ class _Visitor:
         return self.string(target)
 
     def _note_written(self, node: ast.Call) -> None:
-        """``P.write_text(S)``, ``open(P, "w").write(S)``, ``fh.write(S)`` with fh opened on P."""
+        """``P.write_text(S)``, ``open(P, "w").write(S)``, ``fh.write(S)`` with fh opened on P, and
+        the destination of ``shutil.copy*``/``shutil.move`` (copying /dev/null empties it)."""
         func = node.func
+        name = self.dotted(func) or ""
+        if name in _COPY_CALLS and len(node.args) >= 2:
+            source, target = self.string(node.args[0]), self.string(node.args[1])
+            if target:
+                self.out.written.append((target, "" if source == "/dev/null" else None))
+            return
         if not isinstance(func, ast.Attribute) or func.attr not in ("write_text", "write_bytes", "write"):
             return
         receiver = func.value

@@ -674,12 +674,18 @@ class ShellWalker:
 
     def note_file_effects(self, name: str, argv: list[str]) -> None:
         """Deletions, moves, truncations and in-place edits, as ``delete:``/``write:`` facts."""
+        if name == "git" and len(argv) > 2 and argv[1] == "mv":  # git mv moves like mv
+            name, argv = "mv", argv[1:]
         operands = [a for a in argv[1:] if not a.startswith("-")]
         if name in ("rm", "unlink", "shred", "rmdir"):
             self.f.facts.extend(f"delete:{absolute(p, self.cwd)}" for p in operands)
         elif name == "mv" and len(operands) >= 2:
-            self.f.facts.extend(f"delete:{absolute(p, self.cwd)}" for p in operands[:-1])
-            self.f.facts.append(f"write:{absolute(operands[-1], self.cwd)}")
+            target = absolute(operands[-1], self.cwd)
+            moved = [absolute(p, self.cwd) for p in operands[:-1]]
+            into_dir = operands[-1].endswith("/") or len(moved) > 1
+            if not all(_still_collected(m, target, into_dir) for m in moved):
+                self.f.facts.extend(f"delete:{m}" for m in moved)
+            self.f.facts.append(f"write:{target}")
         elif name in ("cp", "install", "ln") and len(operands) >= 2:
             self.f.facts.append(f"write:{absolute(operands[-1], self.cwd)}")
             if operands[0] == "/dev/null":
@@ -806,6 +812,26 @@ class ShellWalker:
         if stdin is not None:
             self.f.add_code(lang, stdin, "run", None, self.depth, self.cwd)
         return None
+
+
+_TEST_MODULE = re.compile(r"^(test_[^/]*|[^/]*_test)\.py$")
+_TEST_DIR = re.compile(r"/tests?(/|$)")
+_TEST_DIR_NAME = re.compile(r"^(tests?|unit|integration|functional|regression|e2e)$")
+
+
+def _still_collected(source: str, target: str, into_dir: bool) -> bool:
+    """A move that keeps a test module where pytest still collects it (``mv tests/test_a.py
+    tests/unit/`` or a rename to another ``test_*.py``) reorganises tests; it deletes none. A
+    target without a trailing slash counts as a directory only when named like a test directory
+    (``mv tests/test_a.py tests/disabled`` renames the module to a file pytest skips)."""
+    if not _TEST_MODULE.match(posixpath.basename(source)):
+        return False
+    last = posixpath.basename(target)
+    if last.endswith(".py"):
+        return bool(_TEST_MODULE.match(last))
+    if not (into_dir or _TEST_DIR_NAME.match(last)):
+        return False
+    return "." not in last and bool(_TEST_DIR.search(target))
 
 
 def _edits_in_place(name: str, argv: list[str]) -> bool:
