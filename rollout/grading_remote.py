@@ -273,7 +273,12 @@ class Client:
     def _remote_exception(self, info) -> BaseException:
         if type(info) is not dict:
             return self._fail(RemoteProtocolError, "bad exception from workspace code")
-        return self.exception_class(info)(str(info.get("message", ""))[:2000])
+        message = str(info.get("message", ""))[:2000]
+        try:
+            return self.exception_class(info)(message)
+        except Exception:  # a class that needs more arguments (UnicodeDecodeError): keep its name
+            fallback = {**info, "module": "rlguard.remote", "bases": ["Exception"]}
+            return self.exception_class(fallback)(message)
 
     def _run_callback(self, message: dict) -> None:
         function = self._locals.get(message.get("fn"))

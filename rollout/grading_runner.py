@@ -46,6 +46,26 @@ def make_non_dumpable() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
 
 
+def root_owned(path: str) -> bool:
+    """True when ``path`` and every directory above it are root's and writable by root only.
+
+    Modules pytest imports lazily while tests run must come from where the worker (same uid as
+    this process, no capabilities) cannot put files: not /tmp/grader, not /workspace, not /tmp.
+    """
+    path = os.path.realpath(path)
+    while True:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        if st.st_uid != 0 or st.st_mode & 0o022:
+            return False
+        parent = os.path.dirname(path)
+        if parent == path:
+            return True
+        path = parent
+
+
 class Emitter:
     """Nonce-tagged result lines on a private copy of the original stdout."""
 
@@ -76,8 +96,11 @@ class ResultPlugin:
 
     def pytest_collection_finish(self, session) -> None:
         self.collected = [item.nodeid for item in session.items]
-        # Every hidden test module is imported: their sources go before any workspace code can run.
+        # Every hidden test module is imported: their sources go before any workspace code can run,
+        # and so does every import location the worker's uid could write a module into.
         shutil.rmtree(self._tests_dir, ignore_errors=True)
+        sys.path[:] = [entry for entry in sys.path if root_owned(entry)]
+        sys.path_importer_cache.clear()
         self._client.allowed = True
 
     def pytest_runtest_logreport(self, report) -> None:
@@ -154,6 +177,7 @@ def main(config_path: str) -> int:
             "exitstatus": exitstatus,
             "timed_out": client.timed_out or time.monotonic() > deadline,
             "served": sorted(served)[:100],
+            "sys_path": sys.path[:50],
             "worker": {**client.stats, "stderr_tail": client.stderr_tail()},
         }
     )

@@ -241,6 +241,8 @@ def test_summary_counts_worker_restarts_and_ignores_workspace_conftest(graded):
     assert summary["served"] == ["shop"]  # conftest is never served, tests dirs neither
     assert summary["worker"]["starts"] == 3 and summary["worker"]["failures"] == 2
     assert summary["timed_out"] is False
+    # Lazy imports in the runner cannot reach a directory the worker's uid could write to.
+    assert summary["sys_path"] and not any(p.startswith(("/tmp", "/workspace")) for p in summary["sys_path"])
 
 
 def test_grading_deadline_marks_the_run_timed_out(tmp_path):
