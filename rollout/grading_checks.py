@@ -1,10 +1,9 @@
 """Exact comparisons for hidden tests, shipped into the grading container as ``rlguard_checks``.
 
-``assert result == 3`` passes for an object whose ``__eq__`` always answers True. ``same`` first
-demands the exact built-in type (``type()`` cannot be faked by a subclass or a ``__class__``
-property), then compares with the expected value on the left, so only built-in equality runs.
-The built-ins it uses are bound when the grader imports this module, before any workspace code is
-importable, so patching ``builtins.type`` later changes nothing here.
+Workspace code never runs in the grader's process (``grading_remote``): results arrive as exact
+built-in values or identity-compared handles, so plain ``==`` cannot be fooled by an always-equal
+object any more. ``same`` remains for when the TYPE matters too (``2`` is not ``2.0``): it demands
+the exact built-in type all the way down, then compares with the expected value on the left.
 
 Runs inside the sandbox image: standard library only.
 """
