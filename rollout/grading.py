@@ -274,6 +274,7 @@ def score(task: Task, expected: list[str], report: RunnerReport, output: str = "
         "pytest_exitstatus": report.summary.get("exitstatus"),
         "collect_errors": report.summary.get("collect_errors") or [],
         "worker": worker if isinstance(worker, dict) else None,
+        "pytest_tail": str(report.summary.get("pytest_tail", ""))[-2000:],
         "output_tail": tail,
     }
     return GradeResult(reward, passed, total - passed - errors, errors, total, details)

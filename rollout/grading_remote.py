@@ -37,7 +37,7 @@ import types
 
 import grading_wire as wire
 
-STDERR_TAIL_BYTES = 4096
+STDERR_TAIL_BYTES = 1000
 _EXPOSED_DUNDERS = ("__name__", "__qualname__", "__doc__")
 _NOT_MAPPED = (StopIteration, StopAsyncIteration)
 _EXCLUDED_NAMES = {"tests", "test", "conftest", "setup", "sitecustomize", "usercustomize", "__pycache__"}

@@ -25,11 +25,13 @@ import os
 import shutil
 import site
 import sys
+import tempfile
 import time
 
 PR_SET_DUMPABLE = 4
 RESULT_PREFIX = "RLGUARD-GRADE"
-MESSAGE_CHARS = 500
+MESSAGE_CHARS = 300
+PYTEST_TAIL_BYTES = 1500
 WORKER_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "HOME": "/tmp",
@@ -121,6 +123,13 @@ class ResultPlugin:
         self._emitter.emit({"kind": "test", "id": nodeid, "outcome": outcome, "message": message})
 
 
+def _tail(stream, size: int) -> str:
+    sys.stdout.flush()
+    end = stream.seek(0, os.SEEK_END)
+    stream.seek(max(0, end - size))
+    return stream.read().decode("utf-8", "replace")
+
+
 def main(config_path: str) -> int:
     make_non_dumpable()
     with open(config_path) as fh:
@@ -128,6 +137,10 @@ def main(config_path: str) -> int:
     os.unlink(config_path)
     deadline = time.monotonic() + float(config["timeout_s"])
     emitter = Emitter(config["nonce"])
+    # pytest's own report goes to an unlinked file, only its tail into the summary: the stream back
+    # to the host is capped (head + tail), and result lines must not be pushed out of it.
+    pytest_log = tempfile.TemporaryFile()  # noqa: SIM115 (open until the process ends)
+    os.dup2(pytest_log.fileno(), 1)
     # -S left site-packages off sys.path: add the directories back, without running their .pth files.
     sys.path[:0] = [config["lib"]]
     sys.path.extend(p for p in site.getsitepackages() if os.path.isdir(p))
@@ -172,13 +185,14 @@ def main(config_path: str) -> int:
     emitter.emit(
         {
             "kind": "summary",
-            "collected": plugin.collected,
+            "collected": len(plugin.collected),
             "collect_errors": plugin.collect_errors[:20],
             "exitstatus": exitstatus,
             "timed_out": client.timed_out or time.monotonic() > deadline,
             "served": sorted(served)[:100],
             "sys_path": sys.path[:50],
             "worker": {**client.stats, "stderr_tail": client.stderr_tail()},
+            "pytest_tail": _tail(pytest_log, PYTEST_TAIL_BYTES),
         }
     )
     return 0

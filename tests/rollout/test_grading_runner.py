@@ -237,7 +237,8 @@ def test_cheats_and_failures_fail_only_their_test(graded, test, why):
 
 def test_summary_counts_worker_restarts_and_ignores_workspace_conftest(graded):
     summary = graded["summary"]
-    assert len(summary["collected"]) == len(graded["outcomes"]) == 9
+    assert summary["collected"] == len(graded["outcomes"]) == 9
+    assert "3 failed, 6 passed" in summary["pytest_tail"], summary["pytest_tail"]
     assert summary["served"] == ["shop"]  # conftest is never served, tests dirs neither
     assert summary["worker"]["starts"] == 3 and summary["worker"]["failures"] == 2
     assert summary["timed_out"] is False

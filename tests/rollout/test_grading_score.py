@@ -27,7 +27,7 @@ def runner_output(outcomes: dict[str, str], nonce: str = NONCE, **summary) -> st
             "message": "" if outcome == "passed" else "boom",
         }
         lines.append(f"RLGUARD-GRADE {nonce} {json.dumps(record)}")
-    summary = {"kind": "summary", "collected": list(outcomes), "exitstatus": 0, "timed_out": False, **summary}
+    summary = {"kind": "summary", "collected": len(outcomes), "exitstatus": 0, "timed_out": False, **summary}
     lines.append(f"RLGUARD-GRADE {nonce} {json.dumps(summary)}")
     return "\n".join(lines) + "\n"
 
