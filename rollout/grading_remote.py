@@ -91,6 +91,7 @@ class Client:
         self._buffer = b""
         self._ids = itertools.count(1)
         self._locals: dict = {}
+        self._remotes: dict = {}
         self._exceptions: dict = {}
         self._stderr_tail = [b""]
         self.allowed = False
@@ -111,6 +112,7 @@ class Client:
             start_new_session=True,
         )
         self._buffer = b""
+        self._remotes = {}
         self.generation += 1
         self.stats["starts"] += 1
         threading.Thread(target=self._drain_stderr, args=(self._proc.stderr,), daemon=True).start()
@@ -200,7 +202,12 @@ class Client:
     def _incoming(self, tagged: dict):
         tag = tagged["t"]
         if tag == "h" and type(tagged.get("id")) is int:
-            return Remote(self, ("h", self.generation, tagged["id"]), str(tagged.get("type", "object"))[:100])
+            remote = self._remotes.get(tagged["id"])
+            if remote is None:  # one proxy per remote object: ``is`` and ``==`` mean the same object
+                type_name = str(tagged.get("type", "object"))[:100]
+                remote = Remote(self, ("h", self.generation, tagged["id"]), type_name)
+                self._remotes[tagged["id"]] = remote
+            return remote
         if tag == "excclass":
             return self.exception_class(tagged)
         raise wire.WireError(f"unknown tag {str(tag)[:40]!r}")

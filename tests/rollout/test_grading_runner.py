@@ -110,7 +110,7 @@ HIDDEN = """
 
     def test_handles_methods_and_protocols():
         basket = Basket()
-        assert basket.add("apple", 2) is not basket  # a new proxy: identity is local, not remote
+        assert basket.add("apple", 2) is basket  # one proxy per remote object
         basket.add("pear", 1)
         assert "apple" in basket and "kiwi" not in basket
         assert len(basket) == 2
