@@ -11,7 +11,8 @@ A rule file is ``rules: [ {id, category, description, action, match: {...}} ]``.
   ``"@protected"`` for the protected-path set; ``path_not``: a regex such a path must not match;
 - ``fact`` / ``fact_not``: regex over call-level facts (``write:…``, ``delete:…``, ``dynamic_program:…``);
 - ``code``: a block of code with ``lang``, ``origin`` (run|write), ``path`` globs (``path_not``), ``fact`` /
-  ``fact_not`` (regex over facts read from the code, e.g. its AST) and ``text`` (regex over its text).
+  ``fact_not`` (regex over facts read from the code, e.g. its AST), ``text`` / ``text_not`` (regex
+  its text must / must not match).
 
 Rules are checked most severe first (decoy, escalate, flag), in file order within an action, and
 the first hit wins: one pass, regexes compiled once at load. A call that cannot be parsed is
@@ -56,6 +57,7 @@ class CodeSpec(BaseModel):
     fact: str | None = None
     fact_not: str | None = None
     text: str | None = None
+    text_not: str | None = None
 
 
 class MatchSpec(BaseModel):
@@ -161,6 +163,7 @@ class _Code:
     fact: re.Pattern[str] | None
     fact_not: re.Pattern[str] | None
     text: re.Pattern[str] | None
+    text_not: re.Pattern[str] | None
 
     def matches(self, block: CodeBlock) -> bool:
         if self.langs is not None and block.lang not in self.langs:
@@ -177,7 +180,9 @@ class _Code:
                 return False
             if self.fact_not is not None and self.fact_not.search(facts):
                 return False
-        return self.text is None or bool(self.text.search(block.text))
+        if self.text is not None and not self.text.search(block.text):
+            return False
+        return self.text_not is None or not self.text_not.search(block.text)
 
 
 @dataclass(frozen=True)
@@ -219,6 +224,7 @@ class Rule:
                 _fact_rx(c.fact, loc),
                 _fact_rx(c.fact_not, loc),
                 _rx(c.text, loc),
+                _rx(c.text_not, loc),
             )
         return cls(
             id=spec.id,

@@ -52,6 +52,8 @@ def _bash(arguments: dict[str, Any], f: Findings) -> None:
 
 
 _CHECK = re.compile(r"\bassert\w*\b|pytest\.raises|\.fail\(")
+_COMMENTED_CHECK = re.compile(r"#\s*(assert\w*\b|self\.assert|with pytest\.raises)")
+_TEST_DEF = re.compile(r"^\s*(?:async\s+)?def\s+test\w*\s*\(", re.M)
 
 
 def _assert_count(text: str) -> int:
@@ -79,8 +81,14 @@ def _file_tool(tool: str, arguments: dict[str, Any], f: Findings) -> None:
     f.facts.append(f"write:{full}")
     if old.strip() and not new.strip():
         f.facts.append(f"edit_removes:{full}")
-    if _assert_count(new) < _assert_count(old):
-        f.facts.append(f"edit_removes_assert:{full}")
+    before, after = _assert_count(old), _assert_count(new)
+    if after < before:
+        # all checks gone, or one commented out: removed; fewer but some left may be a merge
+        # of asserts (``assert (x, y) == (1, 2)``) and is only escalated
+        gone = after == 0 or _COMMENTED_CHECK.search(new) is not None
+        f.facts.append(f"edit_{'removes' if gone else 'reduces'}_assert:{full}")
+    if len(_TEST_DEF.findall(new)) < len(_TEST_DEF.findall(old)):
+        f.facts.append(f"edit_removes_test:{full}")  # def test_x -> def _test_x: no longer collected
     lang = lang_for_path(full)
     if lang and new.strip():
         f.add_code(lang, _dedent(new), "write", full, 0, WORKSPACE)

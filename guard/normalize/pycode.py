@@ -318,6 +318,20 @@ class _Visitor:
             if name:
                 self.out.facts.append(f"decorator:{name}")
 
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+        """``except AssertionError: pass``: a failed check that no longer fails (``swallowed:<type>``)."""
+        if not all(
+            isinstance(b, ast.Pass | ast.Continue)
+            or (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))
+            for b in node.body
+        ):
+            return
+        kinds = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+        for kind in kinds:
+            name = self.dotted(kind) if kind is not None else "*"
+            if name:
+                self.out.facts.append(f"swallowed:{name.rsplit('.', 1)[-1]}")
+
     def visit_Assert(self, node: ast.Assert) -> None:
         if _always_true(node.test):
             self.out.facts.append("trivial_assert")
@@ -559,6 +573,14 @@ def _always_true(node: ast.AST | None) -> bool:
             )
         except TypeError:
             return False
+    if (
+        isinstance(node, ast.Compare)
+        and len(node.ops) == 1
+        and type(node.ops[0]) in _REFLEXIVE
+        and not any(isinstance(n, ast.Call) for n in ast.walk(node.left))
+        and ast.dump(node.left) == ast.dump(node.comparators[0])
+    ):  # ``x == x``: one value compared with itself (``Point(1) == Point(1)`` builds two and tests __eq__)
+        return True
     if isinstance(node, ast.Constant):
         return bool(node.value) and node.value is not Ellipsis
     if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
@@ -566,6 +588,9 @@ def _always_true(node: ast.AST | None) -> bool:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         return isinstance(node.operand, ast.Constant) and not node.operand.value
     return False
+
+
+_REFLEXIVE = frozenset({ast.Eq, ast.Is, ast.GtE, ast.LtE})
 
 
 def _has_check(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
