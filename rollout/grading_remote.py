@@ -402,18 +402,41 @@ class _Loader(importlib.abc.Loader):
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    def __init__(self, names: set) -> None:
+    """Serves workspace names, and only to imports written in the hidden tests themselves.
+
+    pytest's own lazy imports of optional modules (absent from the image) must not be answered by
+    a workspace file of the same name, even as a proxy.
+    """
+
+    def __init__(self, names: set, tests_dir: str) -> None:
         self._names = names
+        self._tests_prefix = os.path.join(os.path.realpath(tests_dir), "")
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname.split(".", 1)[0] not in self._names:
+        if fullname.split(".", 1)[0] not in self._names or not self._imported_by_tests():
             return None
         return importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=True)
 
+    def _imported_by_tests(self) -> bool:
+        frame = sys._getframe(1)
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            if filename != __file__ and not _is_import_machinery(filename):
+                return filename.startswith(self._tests_prefix)
+            frame = frame.f_back
+        return False
 
-def install(client: Client, workspace: str) -> set:
-    """Serve ``workspace``'s top-level modules through ``client``; the names served."""
+
+_IMPORTLIB_DIR = os.path.join(os.path.dirname(importlib.__file__), "")
+
+
+def _is_import_machinery(filename: str) -> bool:
+    return filename.startswith(("<frozen importlib", _IMPORTLIB_DIR))
+
+
+def install(client: Client, workspace: str, tests_dir: str) -> set:
+    """Serve ``workspace``'s top-level modules to the tests in ``tests_dir``; the names served."""
     names = served_names(workspace)
     _CLIENT[0] = client
-    sys.meta_path.append(_Finder(names))
+    sys.meta_path.append(_Finder(names, tests_dir))
     return names

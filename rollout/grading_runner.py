@@ -166,7 +166,7 @@ def main(config_path: str) -> int:
         call_timeout_s=float(config["call_timeout_s"]),
         deadline=deadline,
     )
-    served = grading_remote.install(client, config["workspace"])
+    served = grading_remote.install(client, config["workspace"], config["rootdir"])
     plugin = ResultPlugin(emitter, client, config["rootdir"])
     pytest.hookimpl(trylast=True)(ResultPlugin.pytest_collection_finish)
     args = [

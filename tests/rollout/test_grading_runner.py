@@ -92,6 +92,7 @@ WORKSPACE = {
             }
     """,
     "conftest.py": "raise SystemExit('workspace conftest must never load')\n",
+    "pygments_like.py": "VALUE = 1\n",
 }
 
 HIDDEN = """
@@ -141,6 +142,15 @@ HIDDEN = """
 
         assert shop.apply(double, [1, 2, 3]) == [2, 4, 6]
         assert seen == [1, 2, 3]
+
+
+    def test_only_the_hidden_tests_get_workspace_modules():
+        elsewhere = compile("import pygments_like", "/usr/lib/python3/dist-packages/_pytest/lazy.py", "exec")
+        with pytest.raises(ModuleNotFoundError):
+            exec(elsewhere, {})  # an import by pytest's own code finds no proxy
+        import pygments_like
+
+        assert pygments_like.VALUE == 1
 
 
     def test_worker_crash_fails_this_test():
@@ -215,6 +225,7 @@ def graded(tmp_path_factory) -> dict:
         "test_callbacks_run_here_with_plain_arguments",
         "test_worker_restarts_for_the_next_test",
         "test_hidden_tests_and_config_are_gone_before_workspace_code_runs",
+        "test_only_the_hidden_tests_get_workspace_modules",
     ],
 )
 def test_remote_workspace_behaves_like_local_code(graded, test):
@@ -237,9 +248,9 @@ def test_cheats_and_failures_fail_only_their_test(graded, test, why):
 
 def test_summary_counts_worker_restarts_and_ignores_workspace_conftest(graded):
     summary = graded["summary"]
-    assert summary["collected"] == len(graded["outcomes"]) == 9
-    assert "3 failed, 6 passed" in summary["pytest_tail"], summary["pytest_tail"]
-    assert summary["served"] == ["shop"]  # conftest is never served, tests dirs neither
+    assert summary["collected"] == len(graded["outcomes"]) == 10
+    assert "3 failed, 7 passed" in summary["pytest_tail"], summary["pytest_tail"]
+    assert summary["served"] == ["pygments_like", "shop"]  # conftest is never served, tests dirs neither
     assert summary["worker"]["starts"] == 3 and summary["worker"]["failures"] == 2
     assert summary["timed_out"] is False
     # Lazy imports in the runner cannot reach a directory the worker's uid could write to.
