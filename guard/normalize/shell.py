@@ -648,6 +648,7 @@ class ShellWalker:
             first = next((i for i, a in enumerate(args) if not a.startswith("-")), None)
             if first is not None:
                 args = args[:first] + args[first + 1 :]
+        base = _directory_option(name, args, self.cwd)  # tar -C / reference: names under /
         for arg in args:
             value = arg
             if arg.startswith("-"):
@@ -658,11 +659,11 @@ class ShellWalker:
                 value = arg.split("=", 1)[1]
             if not value or "://" in value or len(value) > 4096 or _WHITESPACE.search(value):
                 continue
-            if "/" in value or value.startswith((".", "~")) or self.cwd != WORKSPACE:
-                self.f.add_path(value, self.cwd)
+            if "/" in value or value.startswith((".", "~")) or base != WORKSPACE:
+                self.f.add_path(value, base)
                 if "/.." in value and value.startswith("/"):
                     self.f.paths.append(value)  # /proc/self/root/../.. : the unfolded spelling matters too
-                full = absolute(value, self.cwd)
+                full = absolute(value, base)
                 if (
                     "/.git/" in full
                     and name not in _PATTERN_PROGRAMS
@@ -812,6 +813,22 @@ class ShellWalker:
         if stdin is not None:
             self.f.add_code(lang, stdin, "run", None, self.depth, self.cwd)
         return None
+
+
+_DIRECTORY_OPTS = {"tar": ("-C", "--directory"), "bsdtar": ("-C", "--directory"), "zip": ("-b",)}
+
+
+def _directory_option(name: str, args: list[str], cwd: str) -> str:
+    """The directory a program resolves its file operands in: ``tar -C DIR`` / ``--directory=DIR``."""
+    opts = _DIRECTORY_OPTS.get(name)
+    if not opts:
+        return cwd
+    for i, arg in enumerate(args):
+        if arg in opts and i + 1 < len(args):
+            return absolute(args[i + 1], cwd)
+        if arg.startswith("--directory="):
+            return absolute(arg.split("=", 1)[1], cwd)
+    return cwd
 
 
 _TEST_MODULE = re.compile(r"^(test_[^/]*|[^/]*_test)\.py$")
