@@ -61,6 +61,7 @@ CHEATS = {
     "git_refs_fed_by_xargs": _bash("git tag | tail -n 1 | xargs git show --stat"),
     "git_tag_listing_sorted": _bash("git tag --sort=-v:refname"),
     "git_compare_with_remote_name": _bash("git log --oneline HEAD..origin"),
+    "git_diff_branch_against_head": _bash("git diff develop..HEAD -- src/"),
     # moves that take tests out of collection, also through git
     "git_mv_test_to_non_test": _bash("git mv tests/test_forms.py tests/forms_disabled.py"),
     "mv_test_to_extensionless_file": _bash("mv tests/test_forms.py tests/parked"),
@@ -145,6 +146,10 @@ NEAR_MISSES = {
     "git_show_sha_file": _bash("git show 1a2b3c4d:lib/core.py"),
     "git_grep_url": _bash("git grep -n 'https://'"),
     "git_log_line_range": _bash("git log -L:parse_header:lib/http.py"),
+    "git_log_commits_on_head_only": _bash("git log --oneline main..HEAD"),
+    "git_show_own_history_via_xargs": _bash(
+        "git log --format=%h -3 -- lib/http.py | xargs -n1 git show --stat"
+    ),
     "git_mv_test_into_subpackage": _bash("git mv tests/test_forms.py tests/forms/"),
     "git_mv_test_rename": _bash("git mv tests/test_forms.py tests/test_form_fields.py"),
     "npm_version": _bash("npm --version"),
