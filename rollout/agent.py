@@ -4,8 +4,8 @@ The runner owns the context as a list of token ids. It renders the first prompt 
 template, then only appends: the policy's generated ids (mask 1, with their logprobs), the turn's
 closing markup, the tool answers tokenised on their own (mask 0). It parses ``<tool_call>`` JSON from
 the generated text, runs the calls through the gateway, and stops on ``submit``, max turns, max
-generated tokens, the time budget, or an unrecoverable policy/gateway error; then it asks the gateway
-to grade (``finish``) and uploads every sub-trajectory.
+generated tokens, the time budget, or an unrecoverable policy/gateway error; then it uploads every
+sub-trajectory and asks the gateway to grade (``finish``).
 """
 
 from __future__ import annotations
@@ -235,7 +235,7 @@ async def run_episode(
     config: AgentConfig,
     tools: list[dict[str, Any]] | None = None,
 ) -> EpisodeResult:
-    """One episode end to end: create, loop, finish (grade), upload sub-trajectories.
+    """One episode end to end: create, loop, upload sub-trajectories, finish (grade).
 
     Errors of the policy or the gateway end the episode with status ``error`` but still grade it and
     upload what was produced, so no finished work is lost and the trainer sees the failure's reward.
@@ -261,16 +261,24 @@ async def run_episode(
     except (PolicyError, GatewayError) as exc:
         result.status, result.error = "error", str(exc)
         log.warning("episode %s of %s ended by an error: %s", handle.episode_id, task_id, exc)
+    # A sub-trajectory the policy generated nothing in (the episode ended right after a compaction,
+    # or the first generation failed) has nothing to train on; only a trailing one can be empty.
+    # Uploads come before ``finish``: the trainer takes only ended episodes, so it can never see one
+    # whose last sub-trajectory has not arrived yet.
+    result.sub_trajectories = [t for t in result.sub_trajectories if t.num_action_tokens]
+    try:
+        for traj in result.sub_trajectories:
+            await gateway.upload_subtrajectory(handle.episode_id, traj.to_record())
+    except GatewayError as exc:
+        result.status, result.error = (
+            "error",
+            f"{result.error}; upload: {exc}" if result.error else f"upload: {exc}",
+        )
     try:
         result.reward, result.details = await gateway.finish(handle, result.status)
     except GatewayError as exc:
         result.error = f"{result.error}; finish: {exc}" if result.error else f"finish: {exc}"
         result.status = "error"
-    # A sub-trajectory the policy generated nothing in (the episode ended right after a compaction,
-    # or the first generation failed) has nothing to train on; only a trailing one can be empty.
-    result.sub_trajectories = [t for t in result.sub_trajectories if t.num_action_tokens]
-    for traj in result.sub_trajectories:
-        await gateway.upload_subtrajectory(handle.episode_id, traj.to_record())
     result.wall_s = time.monotonic() - started
     return result
 
