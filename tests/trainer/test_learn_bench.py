@@ -10,6 +10,7 @@ from rlguard.errors import RlguardError
 from trainer.learn_bench import (
     GRUNet,
     HyperParams,
+    learning_auc,
     run_learn_bench,
     score_tokens,
     tokens_to_success,
@@ -46,6 +47,7 @@ def test_bench_writes_results_metrics_and_pngs(tmp_path: Path) -> None:
     )
     for key in ("ppo_long", "grpo_long", "ppo_short", "grpo_short"):
         assert 0.0 <= summary[key] <= 1.0
+        assert 0.0 <= summary[f"{key}_auc"] <= 1.0
     assert summary["seeds"] == 1
     assert {(r["algo"], r["horizon"]) for r in summary["per_seed"]} == {
         (a, h) for a in ("ppo", "grpo") for h in ("long", "short")
@@ -66,6 +68,7 @@ def test_tokens_to_success_uses_a_moving_average() -> None:
     ]
     assert tokens_to_success(curve, threshold=0.9, window=3) == 600
     assert tokens_to_success(curve, threshold=0.99, window=3) is None
+    assert learning_auc(curve) == sum(r["success"] for r in curve) / len(curve)
 
 
 def test_plot_run_draws_a_training_run(tmp_path: Path) -> None:
