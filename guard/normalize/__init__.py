@@ -11,11 +11,10 @@ non-string argument) gets ``parse_error`` set; the rule engine escalates those, 
 
 from __future__ import annotations
 
-import re
 import shlex
 from typing import Any
 
-from guard.normalize.shell import Findings, ShellWalker, Unparseable, lang_for_path
+from guard.normalize.shell import Findings, ShellWalker, Unparseable
 from guard.paths import WORKSPACE, absolute
 from guard.types import NormalizedCall, ToolCall
 
@@ -51,16 +50,6 @@ def _bash(arguments: dict[str, Any], f: Findings) -> None:
     ShellWalker(f, 0, "bash").run(command)
 
 
-_CHECK = re.compile(r"\bassert\w*\b|pytest\.raises|\.fail\(")
-_COMMENTED_CHECK = re.compile(r"#\s*(assert\w*\b|self\.assert|with pytest\.raises)")
-_TEST_DEF = re.compile(r"^\s*(?:async\s+)?def\s+test\w*\s*\(", re.M)
-
-
-def _assert_count(text: str) -> int:
-    """Checks in live code: a commented-out assert no longer counts."""
-    return sum(len(_CHECK.findall(line.split("#", 1)[0])) for line in text.splitlines())
-
-
 def _file_tool(tool: str, arguments: dict[str, Any], f: Findings) -> None:
     path = _string(_first(arguments, _PATH_KEYS), "path")
     if tool in ("read_file", "list_dir"):
@@ -77,28 +66,7 @@ def _file_tool(tool: str, arguments: dict[str, Any], f: Findings) -> None:
     new = _string(_first(arguments, _NEW_KEYS), "new text")
     if len(old) + len(new) > MAX_CONTENT_CHARS:
         raise Unparseable(f"edit over {MAX_CONTENT_CHARS} characters")
-    f.add_path(full)
-    f.facts.append(f"write:{full}")
-    if old.strip() and not new.strip():
-        f.facts.append(f"edit_removes:{full}")
-    before, after = _assert_count(old), _assert_count(new)
-    if after < before:
-        # all checks gone, or one commented out: removed; fewer but some left may be a merge
-        # of asserts (``assert (x, y) == (1, 2)``) and is only escalated
-        gone = after == 0 or _COMMENTED_CHECK.search(new) is not None
-        f.facts.append(f"edit_{'removes' if gone else 'reduces'}_assert:{full}")
-    if len(_TEST_DEF.findall(new)) < len(_TEST_DEF.findall(old)):
-        f.facts.append(f"edit_removes_test:{full}")  # def test_x -> def _test_x: no longer collected
-    lang = lang_for_path(full)
-    if lang and new.strip():
-        f.add_code(lang, _dedent(new), "write", full, 0, WORKSPACE)
-
-
-def _dedent(fragment: str) -> str:
-    """An edit's replacement text is a fragment, often indented: dedent so ``ast`` can read it."""
-    import textwrap
-
-    return textwrap.dedent(fragment)
+    f.note_edit(full, old, new, 0)
 
 
 def _render(tool: str, f: Findings, error: str | None) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import fnmatch
 import posixpath
 import re
+import textwrap
 import threading
 import time
 from dataclasses import dataclass, field
@@ -48,6 +49,9 @@ _SPLIT_KINDS = frozenset({"simple_expansion", "expansion", "command_substitution
 _QUOTED_KINDS = frozenset({"string", "raw_string", "ansi_c_string"})
 _PATTERN_FIRST = frozenset({"sed", "grep", "egrep", "fgrep", "rg", "ag", "ack", "awk", "gawk", "jq"})
 _WHITESPACE = re.compile(r"\s")
+_CHECK = re.compile(r"\bassert\w*\b|pytest\.raises|\.fail\(")
+_COMMENTED_CHECK = re.compile(r"#\s*(assert\w*\b|self\.assert|with pytest\.raises)")
+_TEST_DEF = re.compile(r"^\s*(?:async\s+)?def\s+test\w*\s*\(", re.M)
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
 MAX_ENV_FACT = 200  # characters of an environment value kept in its ``env:`` fact
@@ -178,6 +182,25 @@ class Findings:
         self.scanned[(lang, text)] = unique
         self.blocks.append(CodeBlock(lang, text, origin, path, unique))
 
+    def note_edit(self, full: str, old: str, new: str, depth: int) -> None:
+        """An in-place change of ``full`` from ``old`` to ``new`` (edit_file, a patch hunk): the
+        write, what it removes (all asserts, ``def test_*``), and ``new`` scanned as code."""
+        self.add_path(full)
+        self.facts.append(f"write:{full}")
+        if old.strip() and not new.strip():
+            self.facts.append(f"edit_removes:{full}")
+        before, after = _assert_count(old), _assert_count(new)
+        if after < before:
+            # all checks gone, or one commented out: removed; fewer but some left may be a merge
+            # of asserts (``assert (x, y) == (1, 2)``) and is only escalated
+            gone = after == 0 or _COMMENTED_CHECK.search(new) is not None
+            self.facts.append(f"edit_{'removes' if gone else 'reduces'}_assert:{full}")
+        if len(_TEST_DEF.findall(new)) < len(_TEST_DEF.findall(old)):
+            self.facts.append(f"edit_removes_test:{full}")  # def test_x -> def _test_x: not collected
+        lang = lang_for_path(full)
+        if lang and new.strip():
+            self.add_code(lang, textwrap.dedent(new), "write", full, depth, WORKSPACE)
+
     def note_write(self, path: str, content: str | None, cwd: str, depth: int) -> None:
         """A file written (or truncated) by the call; its content is scanned as code when known."""
         full = self.add_path(path, cwd)
@@ -190,6 +213,52 @@ class Findings:
         lang = lang_for_path(full)
         if lang:
             self.add_code(lang, content, "write", full, depth, cwd)
+
+
+def _assert_count(text: str) -> int:
+    """Checks in live code: a commented-out assert no longer counts."""
+    return sum(len(_CHECK.findall(line.split("#", 1)[0])) for line in text.splitlines())
+
+
+def _patch_hunks(diff: str, cwd: str) -> list[tuple[str, str, str]]:
+    """(absolute target, removed text, added text) per file of a unified diff."""
+    out: list[tuple[str, str, str]] = []
+    target: str | None = None
+    old: list[str] = []
+    new: list[str] = []
+    for line in diff.splitlines():
+        if line.startswith("+++ "):
+            if target is not None:
+                out.append((target, "\n".join(old), "\n".join(new)))
+            name = line[4:].split("\t", 1)[0].strip()
+            name = name[2:] if name.startswith(("a/", "b/")) else name
+            target, old, new = (absolute(name, cwd) if name != "/dev/null" else None), [], []
+        elif line.startswith("--- ") or line.startswith("@@"):
+            continue
+        elif target is not None and line.startswith("-"):
+            old.append(line[1:])
+        elif target is not None and line.startswith("+"):
+            new.append(line[1:])
+    if target is not None:
+        out.append((target, "\n".join(old), "\n".join(new)))
+    return out
+
+
+_SED_TEXT = re.compile(r"^\s*(?:\d+|\$|/[^/]*/)?\s*([iac])\\?\s?(.*)$", re.S)
+
+
+def _sed_inserted_text(argv: list[str]) -> str | None:
+    """The text a ``sed`` script inserts, appends or substitutes a line with (``1i import os``)."""
+    scripts = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("-e", "--expression")]
+    if not scripts:
+        operands = [a for a in argv[1:] if not a.startswith("-")]
+        scripts = operands[:1]
+    texts = []
+    for script in scripts:
+        m = _SED_TEXT.match(script)
+        if m:
+            texts.append(m.group(2).replace("\\n", "\n").replace("\\t", "\t"))
+    return "\n".join(texts) if texts else None
 
 
 def _parse(script: str) -> Node:
@@ -632,6 +701,9 @@ class ShellWalker:
         if programs.is_python(name):
             return self.python(argv, stdin)
         self.note_file_effects(name, argv)
+        if stdin is not None and (name == "patch" or (name == "git" and argv[1:2] == ["apply"])):
+            for target, removed, added in _patch_hunks(stdin, self.cwd):
+                self.f.note_edit(target, removed, added, self.depth + 1)
         lang = programs.INTERPRETERS.get(name)
         if lang is not None:
             return self.interpreter(lang, argv, stdin)
@@ -706,8 +778,15 @@ class ShellWalker:
             for p in values:
                 self.f.facts.append(f"write_empty:{absolute(p, self.cwd)}")
         elif _edits_in_place(name, argv):
+            inserted = _sed_inserted_text(argv) if name == "sed" else None
             for p in operands[1:]:
-                self.f.facts.append(f"write:{absolute(p, self.cwd)}")
+                full = absolute(p, self.cwd)
+                self.f.facts.append(f"write:{full}")
+                lang = lang_for_path(full)
+                if inserted and lang:  # sed -i '1i import os; os._exit(0)' pkg/__init__.py
+                    self.f.add_code(lang, inserted, "write", full, self.depth + 1, self.cwd)
+        elif name == "sponge" and operands:
+            self.f.facts.append(f"write:{absolute(operands[-1], self.cwd)}")
         elif name in ("ex", "vi", "vim", "nvim", "ed", "red"):
             takes_value = ("-c", "-S", "--cmd")
             files = [
