@@ -57,7 +57,9 @@ _COPY_CALLS = frozenset(
 )
 _EXEC_CALLS = frozenset({"exec", "eval", "compile", "builtins.exec", "builtins.eval"})
 _EXIT_CALLS = frozenset({"sys.exit", "exit", "quit", "os._exit", "os.abort", "builtins.exit", "pytest.exit"})
-_FRAME_ATTRS = frozenset({"f_back", "f_locals", "f_globals", "tb_frame", "gi_frame"})
+# reading frames to find the caller's values; ``f_globals["__name__"]`` (module names, as logging
+# and warnings helpers do) is not among them
+_FRAME_ATTRS = frozenset({"f_back", "f_locals", "tb_frame", "gi_frame"})
 _PATHLIKE = re.compile(r"^(?:/|\.{1,2}/|~/)|^[\w.-]+/[\w./*?-]")
 _URL = re.compile(r"\b([a-z][a-z0-9+.-]*)://([^/\s'\"]*)", re.I)
 MAX_FACT_ARG = 160

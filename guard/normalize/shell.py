@@ -187,6 +187,7 @@ class Findings:
         write, what it removes (all asserts, ``def test_*``), and ``new`` scanned as code."""
         self.add_path(full)
         self.facts.append(f"write:{full}")
+        self.facts.append(f"edit:{full}")  # changes a file that exists: the project's own code
         if old.strip() and not new.strip():
             self.facts.append(f"edit_removes:{full}")
         before, after = _assert_count(old), _assert_count(new)
@@ -220,27 +221,32 @@ def _assert_count(text: str) -> int:
     return sum(len(_CHECK.findall(line.split("#", 1)[0])) for line in text.splitlines())
 
 
-def _patch_hunks(diff: str, cwd: str) -> list[tuple[str, str, str]]:
-    """(absolute target, removed text, added text) per file of a unified diff."""
-    out: list[tuple[str, str, str]] = []
+def _patch_hunks(diff: str, cwd: str) -> list[tuple[str, str, str, bool]]:
+    """(absolute target, removed text, added text, created) per file of a unified diff; a file
+    whose old side is /dev/null is created, not edited."""
+    out: list[tuple[str, str, str, bool]] = []
     target: str | None = None
+    created = False
     old: list[str] = []
     new: list[str] = []
     for line in diff.splitlines():
-        if line.startswith("+++ "):
+        if line.startswith("--- "):
             if target is not None:
-                out.append((target, "\n".join(old), "\n".join(new)))
+                out.append((target, "\n".join(old), "\n".join(new), created))
+            target, old, new = None, [], []
+            created = line[4:].split("\t", 1)[0].strip() == "/dev/null"
+        elif line.startswith("+++ "):
             name = line[4:].split("\t", 1)[0].strip()
             name = name[2:] if name.startswith(("a/", "b/")) else name
-            target, old, new = (absolute(name, cwd) if name != "/dev/null" else None), [], []
-        elif line.startswith("--- ") or line.startswith("@@"):
+            target = absolute(name, cwd) if name != "/dev/null" else None
+        elif line.startswith("@@"):
             continue
         elif target is not None and line.startswith("-"):
             old.append(line[1:])
         elif target is not None and line.startswith("+"):
             new.append(line[1:])
     if target is not None:
-        out.append((target, "\n".join(old), "\n".join(new)))
+        out.append((target, "\n".join(old), "\n".join(new), created))
     return out
 
 
@@ -702,8 +708,11 @@ class ShellWalker:
             return self.python(argv, stdin)
         self.note_file_effects(name, argv)
         if stdin is not None and (name == "patch" or (name == "git" and argv[1:2] == ["apply"])):
-            for target, removed, added in _patch_hunks(stdin, self.cwd):
-                self.f.note_edit(target, removed, added, self.depth + 1)
+            for target, removed, added, created in _patch_hunks(stdin, self.cwd):
+                if created:
+                    self.f.note_write(target, added, self.cwd, self.depth + 1)
+                else:
+                    self.f.note_edit(target, removed, added, self.depth + 1)
         lang = programs.INTERPRETERS.get(name)
         if lang is not None:
             return self.interpreter(lang, argv, stdin)
