@@ -200,19 +200,35 @@ def bench_learn(
     as_json: bool = typer.Option(False, "--json", help="Print JSON"),
     seeds: int = typer.Option(3, "--seeds", min=1, help="Seeds per algorithm and horizon"),
     out: Path = typer.Option(Path("runs/bench-learn"), "--out", help="Where curves and results go"),
+    budget_tokens: int | None = typer.Option(
+        None, "--budget-tokens", min=1000, help="Environment tokens per long-horizon run (default 1.5M)"
+    ),
 ) -> None:
     """PPO+critic vs GRPO on long (compacted, multi-turn) and short synthetic horizons."""
     from trainer.learn_bench import run_learn_bench
 
-    result = run_learn_bench(seeds=seeds, out_dir=out)
+    result = run_learn_bench(seeds=seeds, out_dir=out, budget_tokens=budget_tokens)
     if as_json:
         print(json.dumps(result, indent=2, default=str))
         return
     table = Table(title=f"rlguard bench learn ({seeds} seeds)")
-    for column in ("algorithm", "long horizon", "short horizon"):
+    for column in (
+        "algorithm",
+        "long: final",
+        "long: mean in training",
+        "short: final",
+        "short: mean in training",
+    ):
         table.add_column(column)
     for algo in ("ppo", "grpo"):
-        table.add_row(algo, f"{result[f'{algo}_long']:.3f}", f"{result[f'{algo}_short']:.3f}")
+        table.add_row(
+            algo,
+            *(
+                f"{result.get(f'{algo}_{horizon}{suffix}', float('nan')):.3f}"
+                for horizon in ("long", "short")
+                for suffix in ("", "_auc")
+            ),
+        )
     console.print(table)
     for path in result.get("plots", []):
         console.print(str(path))
