@@ -74,10 +74,13 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         skip_training: bool = typer.Option(False, "--skip-training", help="Skip the PPO update step"),
     ) -> None:
         """Run the demo: sandbox showcase, guarded episodes (honest and cheating), one PPO update."""
+        from transformers.utils import logging as hf_logging
+
         from rlguard.settings import get_settings
         from sandbox.cli import engine_client
         from sandbox.image import ensure_image
 
+        hf_logging.disable_progress_bar()  # the demo draws its own progress; per-load bars are noise
         started = time.monotonic()
         settings = get_settings()
         ensure_image(engine_client())

@@ -21,7 +21,7 @@ VALUE_HEAD_FILE = "value_head.safetensors"
 
 def load_actor(path: str | Path, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
     """Any HF causal LM from a local directory (never the hub)."""
-    return AutoModelForCausalLM.from_pretrained(str(path), torch_dtype=dtype, local_files_only=True)
+    return AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, local_files_only=True)
 
 
 def load_reference(path: str | Path, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
@@ -50,9 +50,7 @@ class Critic(nn.Module):
     def from_pretrained(cls, path: str | Path, dtype: torch.dtype = torch.float32) -> Critic:
         """Backbone from ``path``; the value head too when ``path`` is a saved critic."""
         config = AutoConfig.from_pretrained(str(path), local_files_only=True)
-        backbone = AutoModel.from_pretrained(
-            str(path), config=config, torch_dtype=dtype, local_files_only=True
-        )
+        backbone = AutoModel.from_pretrained(str(path), config=config, dtype=dtype, local_files_only=True)
         critic = cls(backbone)
         head = Path(path) / VALUE_HEAD_FILE
         if head.is_file():
