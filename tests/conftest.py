@@ -2,6 +2,8 @@
 
 import os
 import subprocess
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,3 +29,34 @@ def postgres_url() -> str:
         ).stdout.strip()
         os.environ["RLGUARD_TEST_POSTGRES_URL"] = url
     return url
+
+
+@pytest.fixture
+def pg_database(postgres_url: str) -> Iterator[str]:
+    """A fresh database on the shared test server, dropped afterwards (each area's tests stay apart)."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = f"rlguard_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request) -> str:
+    """The same test on SQLite and on the real PostgreSQL server."""
+    if request.param == "sqlite":
+        return request.getfixturevalue("sqlite_url")
+    return request.getfixturevalue("pg_database")

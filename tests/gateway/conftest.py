@@ -230,21 +230,3 @@ def spawn_gateway(tmp_path, docker_client) -> Iterator[Callable[..., tuple[Gatew
         process.stop()
     for container in containers_of(docker_client, instance):
         container.remove(force=True)
-
-
-@pytest.fixture
-def pg_database(postgres_url: str) -> Iterator[str]:
-    """A fresh database on the test PostgreSQL server, dropped afterwards."""
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
-    name = f"rlguard_gw_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()

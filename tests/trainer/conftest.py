@@ -98,38 +98,6 @@ def two_part_episodes(
     return samples
 
 
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'store.db'}"
-
-
-@pytest.fixture
-def pg_database(postgres_url: str):
-    """A fresh database on the shared test server, dropped afterwards."""
-    import uuid
-
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
-    name = f"rlguard_trainer_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request) -> str:
-    if request.param == "sqlite":
-        return request.getfixturevalue("sqlite_url")
-    return request.getfixturevalue("pg_database")
-
-
 def store_episode(
     store,
     episode_id: str,
