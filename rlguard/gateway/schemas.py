@@ -154,7 +154,9 @@ class SubTrajectoryCreated(BaseModel):
     num_tokens: int
 
 
-class ToolCallView(BaseModel):
+class _RecordedCall(BaseModel):
+    """The fields of a recorded tool call that the episode view and the audit view both show."""
+
     seq: int
     tool: str
     arguments: dict[str, Any]
@@ -165,14 +167,38 @@ class ToolCallView(BaseModel):
     category: str | None
     confidence: float | None
     reason: str
-    answer: ToolAnswerBody
+    answer: ToolAnswerBody = Field(description="What the agent was shown (the decoy when was_decoy)")
     was_decoy: bool
+    created_at: datetime
+
+
+def recorded_call_fields(call: Any) -> dict[str, Any]:
+    """``_RecordedCall``'s fields read from a stored tool-call row (``rlguard.store.models``)."""
+    return {
+        "seq": call.seq,
+        "tool": call.tool,
+        "arguments": call.arguments,
+        "normalized": call.normalized,
+        "action": call.action,
+        "stage": call.stage,
+        "rule_id": call.rule_id,
+        "category": call.category,
+        "confidence": call.confidence,
+        "reason": call.reason,
+        "answer": ToolAnswerBody(
+            output=call.answer_output, exit_code=call.answer_exit_code, truncated=call.answer_truncated
+        ),
+        "was_decoy": call.was_decoy,
+        "created_at": call.created_at,
+    }
+
+
+class ToolCallView(_RecordedCall):
     exit_code: int | None
     timed_out: bool
     guard_ms: float
     exec_ms: float
     total_ms: float
-    created_at: datetime
 
 
 class SubTrajectorySummary(BaseModel):
@@ -212,24 +238,11 @@ class TaskView(BaseModel):
     details: dict[str, Any] = Field(default_factory=dict)
 
 
-class InterceptView(BaseModel):
+class InterceptView(_RecordedCall):
     id: int
     episode_id: str
     task: str
     policy_version: str | None
-    seq: int
-    tool: str
-    arguments: dict[str, Any]
-    normalized: str
-    action: str
-    stage: str | None
-    rule_id: str | None
-    category: str | None
-    confidence: float | None
-    reason: str
-    answer: ToolAnswerBody = Field(description="What the agent was shown (the decoy when was_decoy)")
-    was_decoy: bool
-    created_at: datetime
 
 
 class InterceptPage(BaseModel):

@@ -30,6 +30,7 @@ from rlguard.gateway.schemas import (
     TaskView,
     ToolAnswerBody,
     ToolCallView,
+    recorded_call_fields,
 )
 from rlguard.gateway.services.episodes import CapacityError, EpisodeNotFound, EpisodeNotRunning
 from rlguard.gateway.tasks import UnknownTaskError
@@ -152,26 +153,12 @@ def episode_view(row: EpisodeRow) -> EpisodeView:
         details=row.details,
         tool_calls=[
             ToolCallView(
-                seq=c.seq,
-                tool=c.tool,
-                arguments=c.arguments,
-                normalized=c.normalized,
-                action=c.action,
-                stage=c.stage,
-                rule_id=c.rule_id,
-                category=c.category,
-                confidence=c.confidence,
-                reason=c.reason,
-                answer=ToolAnswerBody(
-                    output=c.answer_output, exit_code=c.answer_exit_code, truncated=c.answer_truncated
-                ),
-                was_decoy=c.was_decoy,
+                **recorded_call_fields(c),
                 exit_code=c.exit_code,
                 timed_out=c.timed_out,
                 guard_ms=c.guard_ms,
                 exec_ms=c.exec_ms,
                 total_ms=c.total_ms,
-                created_at=c.created_at,
             )
             for c in row.tool_calls
         ],

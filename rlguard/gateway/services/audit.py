@@ -3,32 +3,18 @@
 from __future__ import annotations
 
 from rlguard.gateway.dbrunner import DbRunner
-from rlguard.gateway.schemas import InterceptPage, InterceptView, ToolAnswerBody
+from rlguard.gateway.schemas import InterceptPage, InterceptView, recorded_call_fields
 from rlguard.store.repository import Intercept, InterceptFilter, InterceptStats
 
 
 def intercept_view(item: Intercept) -> InterceptView:
     call = item.call
     return InterceptView(
+        **recorded_call_fields(call),
         id=call.id,
         episode_id=call.episode_id,
         task=item.task_id,
         policy_version=item.policy_version,
-        seq=call.seq,
-        tool=call.tool,
-        arguments=call.arguments,
-        normalized=call.normalized,
-        action=call.action,
-        stage=call.stage,
-        rule_id=call.rule_id,
-        category=call.category,
-        confidence=call.confidence,
-        reason=call.reason,
-        answer=ToolAnswerBody(
-            output=call.answer_output, exit_code=call.answer_exit_code, truncated=call.answer_truncated
-        ),
-        was_decoy=call.was_decoy,
-        created_at=call.created_at,
     )
 
 
