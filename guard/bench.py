@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from guard.errors import GuardError
 from guard.eval import load_corpus
 from guard.rules import RuleEngine
-from rlguard.errors import RlguardError
 
 DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "tests" / "guard" / "corpus.jsonl"
 
@@ -41,7 +41,7 @@ def run_guard_bench(corpus: Path | None = None, rounds: int = 5) -> dict[str, An
     """Measure stage 1 over every call of ``corpus`` (default: the shipped test corpus)."""
     path = Path(corpus) if corpus else DEFAULT_CORPUS
     if not path.is_file():
-        raise RlguardError(f"{path}: corpus not found (pass a corpus file)")
+        raise GuardError(f"{path}: corpus not found (pass a corpus file)")
     calls = [row.call for row in load_corpus(path)]
     engine = RuleEngine.load()
     cpu = _pin_one_core()

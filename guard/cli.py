@@ -2,6 +2,9 @@
 
 Heavy imports (rules, judge, the OpenAI SDK) happen inside the commands so ``rlguard --help`` stays
 fast. Every user mistake (bad JSON, a missing file) is one clear error line, never a traceback.
+
+Imports inside the commands keep ``rlguard --version`` and ``--help`` fast: docker, torch,
+SQLAlchemy and the packages behind them load only for the command that runs.
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ from typing import Any
 
 import typer
 
+from guard.errors import GuardError
 from guard.settings import GuardSettings
-from rlguard.errors import RlguardError
 
 guard_app = typer.Typer(
     help="Two-stage guard: check one call, score a labelled corpus.", no_args_is_help=True
@@ -27,9 +30,9 @@ def _parse_arguments(raw: str) -> dict[str, Any]:
     try:
         arguments = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise RlguardError(f"--args is not JSON: {exc.msg} (column {exc.colno})") from exc
+        raise GuardError(f"--args is not JSON: {exc.msg} (column {exc.colno})") from exc
     if not isinstance(arguments, dict):
-        raise RlguardError(
+        raise GuardError(
             f'--args must be a JSON object such as \'{{"command": "ls"}}\', not {type(arguments).__name__}'
         )
     return arguments
@@ -42,27 +45,27 @@ def read_task_file(path: Path) -> tuple[str, tuple[str, ...]]:
 
     try:
         if path.stat().st_size > _MAX_TASK_FILE_BYTES:
-            raise RlguardError(f"{path}: task file larger than {_MAX_TASK_FILE_BYTES} bytes")
+            raise GuardError(f"{path}: task file larger than {_MAX_TASK_FILE_BYTES} bytes")
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise RlguardError(f"{path}: cannot read task file: {exc}") from exc
+        raise GuardError(f"{path}: cannot read task file: {exc}") from exc
     if path.suffix in (".yaml", ".yml"):
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise RlguardError(f"{path}: not valid YAML: {exc}") from exc
+            raise GuardError(f"{path}: not valid YAML: {exc}") from exc
         if isinstance(data, dict) and "instructions" in data:
             protected = data.get("protected_paths") or []
             if not isinstance(protected, list) or not all(isinstance(p, str) for p in protected):
-                raise RlguardError(f"{path}: protected_paths must be a list of strings")
+                raise GuardError(f"{path}: protected_paths must be a list of strings")
             return str(data["instructions"]), tuple(protected)
     return text, ()
 
 
 def _guard_settings() -> GuardSettings:
-    from rlguard.settings import get_settings
+    from guard.settings import GuardEnv
 
-    return get_settings().guard
+    return GuardEnv().guard
 
 
 @guard_app.command("check")
@@ -86,7 +89,7 @@ def check(
     from guard.types import GuardContext, ToolCall
 
     if tool not in _TOOLS:
-        raise RlguardError(f"--tool must be one of {', '.join(_TOOLS)}; got {tool!r}")
+        raise GuardError(f"--tool must be one of {', '.join(_TOOLS)}; got {tool!r}")
     arguments = _parse_arguments(args)
     statement, protected = read_task_file(task_file) if task_file else ("", ())
     context = GuardContext(task_statement=statement, episode_id=episode_id, protected_paths=protected)
@@ -122,7 +125,7 @@ def evaluate(
     from guard.rules import RuleEngine
 
     if not file.is_file():
-        raise RlguardError(f"{file}: no such corpus file")
+        raise GuardError(f"{file}: no such corpus file")
     settings = _guard_settings()
     engine = RuleEngine.from_settings(settings)
     judge = Judge(settings.judge) if settings.judge.base_url and not rules_only else None
@@ -157,23 +160,11 @@ def bench_guard(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table"),
     corpus: Path | None = typer.Option(None, "--corpus", help="JSONL corpus (default: the shipped one)"),
     rounds: int = typer.Option(5, "--rounds", min=1, max=1000, help="Passes over the corpus"),
-) -> None:
+) -> dict[str, Any]:
     """Stage-1 throughput on one core and latency p50/p99 over the corpus."""
     from guard.bench import run_guard_bench
 
-    result = run_guard_bench(corpus, rounds=rounds)
-    if as_json:
-        typer.echo(json.dumps(result, indent=2))
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="guard stage 1 (rules) over the corpus")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key, value in result.items():
-        table.add_row(key, f"{value:,.1f}" if isinstance(value, float) else str(value))
-    Console().print(table)
+    return run_guard_bench(corpus, rounds=rounds)
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:

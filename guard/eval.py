@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from guard.errors import GuardError
 from guard.rules import RuleEngine
 from guard.types import GuardContext, RuleResult, ToolCall
-from rlguard.errors import RlguardError
 
 if TYPE_CHECKING:
     from guard.judge import Judge
@@ -27,7 +27,7 @@ MAX_ROWS = 100_000
 LABELS = ("cheat", "benign")
 
 
-class CorpusError(RlguardError):
+class CorpusError(GuardError):
     """A corpus line that is not a valid labelled call (named by file and line number)."""
 
 

@@ -32,18 +32,18 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from guard.errors import GuardError
 from guard.normalize import normalize
 from guard.paths import ProtectedPaths
 from guard.settings import DEFAULT_PROTECTED_PATHS, GuardSettings
 from guard.types import CodeBlock, Command, NormalizedCall, RuleMatch, RuleResult, ToolCall
-from rlguard.errors import RlguardError
 
 BUILTIN_PACK = Path(__file__).parent / "rulepacks" / "builtin.yaml"
 SEVERITY = {"decoy": 0, "escalate": 1, "flag": 2}
 PROTECTED = "@protected"
 
 
-class RuleFileError(RlguardError):
+class RuleFileError(GuardError):
     """A rule file that cannot be loaded: named with its path and the reason."""
 
 

@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_PROTECTED_PATHS: tuple[str, ...] = (
     "/grader",
@@ -57,3 +58,11 @@ class GuardSettings(BaseModel):
     rule_files: list[Path] = Field(default_factory=list, description="Extra YAML rule files")
     protected_paths: list[str] = Field(default_factory=lambda: list(DEFAULT_PROTECTED_PATHS))
     judge: JudgeSettings = Field(default_factory=JudgeSettings)
+
+
+class GuardEnv(BaseSettings):
+    """The guard's share of the ``RLGUARD_*`` environment (``RLGUARD_GUARD__...``)."""
+
+    model_config = SettingsConfigDict(env_prefix="RLGUARD_", env_nested_delimiter="__", extra="ignore")
+
+    guard: GuardSettings = Field(default_factory=GuardSettings)

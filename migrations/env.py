@@ -1,4 +1,4 @@
-"""Alembic environment: run migrations on the connection ``rlguard.store.migrate`` hands over.
+"""Alembic environment: run migrations on the connection ``store.migrate`` hands over.
 
 ``render_as_batch`` lets later migrations alter tables on SQLite (which has no ALTER COLUMN).
 """
@@ -6,7 +6,7 @@
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
-from rlguard.store.models import Base
+from store.models import Base
 
 config = context.config
 target_metadata = Base.metadata

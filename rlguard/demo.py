@@ -8,6 +8,9 @@ Three steps, each living in its own package and only called from this thin comma
 3. training: one PPO update (learned critic, token-level GAE) on the tiny model from those episodes.
 
 ``RLGUARD_DATABASE_URL`` chooses the database; ``rlguard export`` afterwards yields the episodes.
+
+Imports inside the commands keep ``rlguard --version`` and ``--help`` fast: docker, torch,
+SQLAlchemy and the packages behind them load only for the command that runs.
 """
 
 import asyncio
@@ -40,8 +43,8 @@ async def _sandbox_step() -> bool:
 
 
 def _episodes_step(concurrency: int) -> dict:
+    from rlguard.demo_run import print_demo_report, run_demo_rollouts
     from rlguard.settings import get_settings
-    from rollout.demo_run import print_demo_report, run_demo_rollouts
 
     report = run_demo_rollouts(get_settings(), concurrency=concurrency)
     totals = print_demo_report(report)

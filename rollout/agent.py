@@ -21,6 +21,7 @@ from rollout.chat_format import ChatFormat, ParseError, parse_tool_calls, tool_c
 from rollout.compaction import Turn, compacted, needs_compaction, request_ids
 from rollout.gateway_client import EpisodeHandle, GatewayClient, GatewayError, ToolResult
 from rollout.policy import ChatPolicy, PolicyError, Sampling, TokenPolicy
+from rollout.settings import RolloutSettings
 from rollout.trajectory import SubTrajectory
 
 log = logging.getLogger(__name__)
@@ -52,10 +53,8 @@ class AgentConfig:
     system_prompt: str = SYSTEM_PROMPT
 
     @classmethod
-    def from_settings(cls, **overrides: Any) -> AgentConfig:
-        from rlguard.settings import get_settings
-
-        s = get_settings().rollout
+    def from_settings(cls, s: RolloutSettings, **overrides: Any) -> AgentConfig:
+        """The configured values (``RLGUARD_ROLLOUT__*``) with the non-None ``overrides`` on top."""
         values = {
             "max_turns": s.max_turns,
             "max_tokens": s.max_tokens,

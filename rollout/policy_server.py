@@ -168,19 +168,7 @@ class PolicyServer:
         if req.return_token_ids:
             choice["token_ids"] = out.token_ids
             choice["prompt_token_ids"] = prompt_ids
-        return {
-            "id": f"cmpl-{uuid.uuid4().hex}",
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": self.name,
-            "policy_version": self.version,
-            "choices": [choice],
-            "usage": {
-                "prompt_tokens": len(prompt_ids),
-                "completion_tokens": len(out.token_ids),
-                "total_tokens": len(prompt_ids) + len(out.token_ids),
-            },
-        }
+        return self._envelope("cmpl", "text_completion", choice, len(prompt_ids), len(out.token_ids))
 
     async def chat(self, req: ChatRequest) -> dict[str, Any]:
         if req.stream:
@@ -225,17 +213,23 @@ class PolicyServer:
                     for s, lp in zip(self._token_strings(out.token_ids), out.logprobs, strict=True)
                 ]
             }
+        return self._envelope("chatcmpl", "chat.completion", choice, len(prompt_ids), len(out.token_ids))
+
+    def _envelope(
+        self, id_prefix: str, kind: str, choice: dict[str, Any], prompt_tokens: int, completion_tokens: int
+    ) -> dict[str, Any]:
+        """The OpenAI response around one choice, plus the ``policy_version`` that generated it."""
         return {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
+            "id": f"{id_prefix}-{uuid.uuid4().hex}",
+            "object": kind,
             "created": int(time.time()),
             "model": self.name,
             "policy_version": self.version,
             "choices": [choice],
             "usage": {
-                "prompt_tokens": len(prompt_ids),
-                "completion_tokens": len(out.token_ids),
-                "total_tokens": len(prompt_ids) + len(out.token_ids),
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
             },
         }
 
@@ -299,12 +293,12 @@ class PolicyServer:
         return app
 
 
-def build_server(model: str, device: str = "cpu", limits: PolicyServerSettings | None = None) -> PolicyServer:
-    """The server for ``--model PATH|tiny`` (``tiny`` builds the local tiny model if needed)."""
-    if model == "tiny":
-        from rollout.tinymodel import ensure_tiny_model
-
-        path, name = ensure_tiny_model(), "tiny"
-    else:
-        path, name = Path(model), Path(model).name
-    return PolicyServer(HFEngine(path, device), name, limits or PolicyServerSettings())
+def build_server(
+    model: str | Path,
+    device: str = "cpu",
+    limits: PolicyServerSettings | None = None,
+    name: str | None = None,
+) -> PolicyServer:
+    """The server for the HF model directory ``model``, served as ``name`` (default: the directory's)."""
+    path = Path(model)
+    return PolicyServer(HFEngine(path, device), name or path.name, limits or PolicyServerSettings())

@@ -14,10 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
 from rollout.agent import AgentConfig, EpisodeResult, run_episode
 from rollout.chat_format import ChatFormat
 from rollout.gateway_client import GatewayClient, GatewayError
 from rollout.policy import ChatCompletionsPolicy, CompletionsPolicy, PolicyError
+from rollout.scripted import BUILTIN_SCRIPT, Scorer, ScriptBook
+from tasks.spec import TaskRegistry
 
 
 @dataclass(frozen=True)
@@ -32,23 +37,15 @@ class RolloutSpec:
 
     gateway_url: str
     admin_token: str
+    model: str  # tokenizer (and scorer for the scripted policy): a HF model directory
     suites: tuple[str, ...] = ("builtin",)
     policy: Literal["completions", "chat", "scripted"] = "completions"
     policy_url: str | None = None
-    model: str = "tiny"  # tokenizer (and scorer for the scripted policy): a HF directory or "tiny"
     served_model_name: str = "default"
     script: str | None = None
     policy_version: str = "0"
     api_key: str | None = None
     config: AgentConfig = field(default_factory=AgentConfig)
-
-
-def resolve_model_dir(model: str) -> Path:
-    if model == "tiny":
-        from rollout.tinymodel import ensure_tiny_model
-
-        return ensure_tiny_model()
-    return Path(model)
 
 
 class RolloutContext:
@@ -57,10 +54,8 @@ class RolloutContext:
     def __init__(self, spec: RolloutSpec) -> None:
         from transformers import AutoTokenizer
 
-        from rollout.tasks import TaskRegistry
-
         self.spec = spec
-        model_dir = resolve_model_dir(spec.model)
+        model_dir = Path(spec.model)
         self.fmt = ChatFormat(AutoTokenizer.from_pretrained(model_dir))
         self.tasks = TaskRegistry(list(spec.suites))
         self.gateway = GatewayClient(spec.gateway_url, spec.admin_token)
@@ -69,7 +64,6 @@ class RolloutContext:
         self._scorer: Any = None
         if spec.policy == "scripted":
             from rollout.hf_engine import HFEngine
-            from rollout.scripted import BUILTIN_SCRIPT, Scorer, ScriptBook
 
             self._book = ScriptBook.load(spec.script or BUILTIN_SCRIPT)
             self._scorer = Scorer(HFEngine(model_dir))
@@ -194,8 +188,6 @@ class RichProgress:
     """A rich progress bar: episodes done, mean reward, intercepts."""
 
     def __init__(self, total: int, description: str = "episodes") -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.summary = RunSummary()
         self.progress = Progress(

@@ -35,9 +35,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from rlguard.errors import RlguardError
 from rollout.chat_format import ChatFormat, tool_call_text
 from rollout.compaction import is_compaction_request
+from rollout.errors import RolloutError
 from rollout.hf_engine import HFEngine, ScoreCache
 from rollout.policy import Generation, Sampling
 
@@ -106,14 +106,14 @@ class ScriptBook:
         try:
             raw = yaml.safe_load(path.read_text())
         except OSError as exc:
-            raise RlguardError(f"{path}: cannot read the script: {exc.strerror}") from exc
+            raise RolloutError(f"{path}: cannot read the script: {exc.strerror}") from exc
         except yaml.YAMLError as exc:
-            raise RlguardError(f"{path}: not valid YAML: {exc}") from exc
+            raise RolloutError(f"{path}: not valid YAML: {exc}") from exc
         try:
             return cls(ScriptFile.model_validate(raw or {}), path)
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise RlguardError(f"{path}: {problems}") from None
+            raise RolloutError(f"{path}: {problems}") from None
 
     def behaviours_for(self, task_id: str) -> list[str]:
         """Behaviour names available for a task (its own, then the defaults), in a stable order."""
@@ -126,7 +126,7 @@ class ScriptBook:
         own = self.script.tasks.get(task.task_id)
         turns = (own.behaviours.get(behaviour) if own else None) or self.script.behaviours.get(behaviour)
         if turns is None:
-            raise RlguardError(
+            raise RolloutError(
                 f"{self.source}: no behaviour {behaviour!r} for {task.task_id} "
                 f"(known: {self.behaviours_for(task.task_id)})"
             )
@@ -156,7 +156,7 @@ def _expand(turns: list[ScriptTurn], task: Any) -> list[str]:
         elif turn.write_solution:
             files = task.solution_files()
             if not files:
-                raise RlguardError(
+                raise RolloutError(
                     f"{task.id}: the script writes the solution, but the task has no solution/"
                 )
             for i, (path, content) in enumerate(sorted(files.items())):

@@ -1,6 +1,7 @@
 """Rollout and policy settings (embedded in ``rlguard.settings.Settings`` as ``rollout``)."""
 
 from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class PolicyServerSettings(BaseModel):
@@ -27,3 +28,11 @@ class RolloutSettings(BaseModel):
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     policy: PolicyServerSettings = Field(default_factory=PolicyServerSettings)
+
+
+class RolloutEnv(BaseSettings):
+    """The rollout layer's share of the ``RLGUARD_*`` environment (``RLGUARD_ROLLOUT__...``)."""
+
+    model_config = SettingsConfigDict(env_prefix="RLGUARD_", env_nested_delimiter="__", extra="ignore")
+
+    rollout: RolloutSettings = Field(default_factory=RolloutSettings)

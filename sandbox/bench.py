@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 import os
 import statistics
 import tarfile
@@ -21,7 +20,7 @@ import time
 from sandbox.base import SandboxSpec
 from sandbox.docker_backend import AGENT_UID, DockerBackend
 from sandbox.pool import WarmPool
-from sandbox.settings import SandboxLimits, SandboxSettings
+from sandbox.settings import SandboxEnv, SandboxLimits, SandboxSettings
 
 KEYS = (
     "cold_start_ms_p50",
@@ -53,11 +52,10 @@ def _percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def run_bench(samples: int = 200, concurrent: int = 32, starts: int = 8) -> dict[str, float | int]:
+async def run_bench(
+    configured: SandboxEnv, samples: int = 200, concurrent: int = 32, starts: int = 8
+) -> dict[str, float | int]:
     """Measure everything on a fresh backend (its own instance name) and clean up after."""
-    from rlguard.settings import get_settings
-
-    configured = get_settings()
     limits = SandboxLimits(memory="256m", workspace_size="64m", tmp_size="32m")
     settings = SandboxSettings(image=configured.sandbox.image, limits=limits)
     backend = DockerBackend(f"bench-{os.getpid()}", configured.docker_host, settings)
@@ -125,20 +123,3 @@ async def run_bench(samples: int = 200, concurrent: int = 32, starts: int = 8) -
     finally:
         await backend.close()
     return {key: report[key] for key in KEYS if key in report}
-
-
-def print_report(report: dict[str, float | int], as_json: bool) -> None:
-    """JSON with exactly :data:`KEYS`, or a table."""
-    if as_json:
-        print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in report.items()}))
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-    table = Table(title="rlguard bench sandbox", caption=f"host load average: {load} ({os.cpu_count()} CPUs)")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key, value in report.items():
-        table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
-    Console().print(table)

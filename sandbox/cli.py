@@ -1,4 +1,8 @@
-"""``rlguard sandbox ...`` and ``rlguard bench sandbox`` (registered into ``rlguard.cli``)."""
+"""``rlguard sandbox ...`` and ``rlguard bench sandbox`` (registered into ``rlguard.cli``).
+
+Imports inside the commands keep ``rlguard --version`` and ``--help`` fast: docker, torch,
+SQLAlchemy and the packages behind them load only for the command that runs.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +12,12 @@ import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from rlguard.errors import RlguardError
+from sandbox.base import SandboxError
+from sandbox.settings import SandboxEnv
 
 if TYPE_CHECKING:
     import docker
@@ -24,15 +29,14 @@ def engine_client() -> docker.DockerClient:
     """A docker SDK client for the configured engine, or one clear error when none answers."""
     import docker
 
-    from rlguard.settings import get_settings
     from sandbox.docker_backend import resolve_docker_host
 
-    url = resolve_docker_host(get_settings().docker_host)
+    url = resolve_docker_host(SandboxEnv().docker_host)
     try:
         client = docker.DockerClient(base_url=url, version="auto")
         client.ping()
     except docker.errors.DockerException as exc:
-        raise RlguardError(
+        raise SandboxError(
             f"no Docker engine answers at {url} ({exc}); run scripts/ensure_docker.sh"
         ) from exc
     return client
@@ -42,10 +46,9 @@ def limits_with(memory: str | None, timeout: float | None) -> SandboxLimits:
     """The configured limits with command-line overrides, validated into one clear error."""
     from pydantic import ValidationError
 
-    from rlguard.settings import get_settings
     from sandbox.settings import SandboxLimits, parse_size
 
-    configured = get_settings().sandbox.limits
+    configured = SandboxEnv().sandbox.limits
     overrides: dict[str, object] = {}
     if memory is not None:
         overrides["memory"] = memory
@@ -64,18 +67,14 @@ def limits_with(memory: str | None, timeout: float | None) -> SandboxLimits:
             f"{'.'.join(map(str, e['loc'])) or 'limits'}: {e['msg'].removeprefix('Value error, ')}"
             for e in exc.errors()
         )
-        raise RlguardError(f"bad sandbox limits: {problems}") from None
+        raise SandboxError(f"bad sandbox limits: {problems}") from None
 
 
 async def _exec_once(argv: list[str], image: str, limits: SandboxLimits, workspace: Path | None) -> int:
-    from rlguard.settings import get_settings
-    from sandbox.base import SandboxError, SandboxSpec
+    from sandbox.base import SandboxSpec
     from sandbox.docker_backend import DockerBackend
 
-    try:
-        backend = DockerBackend.from_settings(get_settings())
-    except SandboxError as exc:
-        raise RlguardError(str(exc)) from None
+    backend = DockerBackend.from_settings(SandboxEnv())
     # SIGTERM/SIGHUP/SIGINT cancel the run, so the sandbox is removed before the process exits.
     loop, task = asyncio.get_running_loop(), asyncio.current_task()
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
@@ -83,10 +82,8 @@ async def _exec_once(argv: list[str], image: str, limits: SandboxLimits, workspa
     try:
         sandbox = await backend.create(SandboxSpec(image=image, limits=limits, workspace=workspace))
         result = await sandbox.exec(shlex.join(argv))
-    except SandboxError as exc:
-        raise RlguardError(str(exc)) from None
     except asyncio.CancelledError:
-        raise RlguardError("interrupted; the sandbox was removed") from None
+        raise SandboxError("interrupted; the sandbox was removed") from None
     finally:
         await backend.close()
     sys.stdout.write(result.output)
@@ -116,42 +113,35 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         workspace: Path | None = typer.Option(None, "--workspace", help="Directory copied into /workspace"),
     ) -> None:
         """Run CMD in a fresh hardened sandbox, print its merged output, exit with its exit code."""
-        from rlguard.settings import get_settings
         from sandbox.image import default_image
 
         limits = limits_with(memory, timeout)
         if workspace is not None and not workspace.is_dir():
-            raise RlguardError(f"--workspace {workspace} is not a directory")
-        chosen = image or get_settings().sandbox.image or default_image()
+            raise SandboxError(f"--workspace {workspace} is not a directory")
+        chosen = image or SandboxEnv().sandbox.image or default_image()
         raise typer.Exit(asyncio.run(_exec_once(command, chosen, limits, workspace)))
 
     @sandbox_app.command("gc")
     def gc_command() -> None:
         """Remove this instance's sandbox containers whose owning process is gone."""
-        from rlguard.settings import get_settings
-        from sandbox.base import SandboxError
         from sandbox.docker_backend import DockerBackend
 
         async def run() -> int:
-            backend = DockerBackend.from_settings(get_settings())
+            backend = DockerBackend.from_settings(SandboxEnv())
             try:
                 return await backend.gc()
             finally:
                 await backend.close()
 
-        try:
-            removed = asyncio.run(run())
-        except SandboxError as exc:
-            raise RlguardError(str(exc)) from None
+        removed = asyncio.run(run())
         typer.echo(f"removed {removed} orphaned sandbox container(s)")
 
     @image_app.command("ensure")
     def image_ensure() -> None:
         """Build the sandbox image unless it is already present (fast when it is)."""
-        from rlguard.settings import get_settings
         from sandbox.image import ensure_image
 
-        typer.echo(ensure_image(engine_client(), mode=get_settings().sandbox.image_build))
+        typer.echo(ensure_image(engine_client(), mode=SandboxEnv().sandbox.image_build))
 
     @image_app.command("build")
     def image_build(
@@ -162,7 +152,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         from sandbox.image import build_image
 
         if offline and dockerfile:
-            raise RlguardError("choose one of --offline and --dockerfile")
+            raise SandboxError("choose one of --offline and --dockerfile")
         mode = "offline" if offline else "dockerfile" if dockerfile else "auto"
         typer.echo(build_image(engine_client(), mode=mode))
 
@@ -171,8 +161,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table"),
         samples: int = typer.Option(200, "--samples", min=20, help="Exec round trips measured"),
         concurrent: int = typer.Option(32, "--concurrent", min=1, help="Sandboxes held at once"),
-    ) -> None:
+    ) -> dict[str, Any]:
         """Cold start, warm acquire, exec round trip vs docker exec, concurrent sandboxes."""
-        from sandbox.bench import print_report, run_bench
+        from sandbox.bench import run_bench
 
-        print_report(asyncio.run(run_bench(samples=samples, concurrent=concurrent)), as_json)
+        return asyncio.run(run_bench(SandboxEnv(), samples=samples, concurrent=concurrent))

@@ -6,7 +6,7 @@ as ``nobody``), every capability dropped, no-new-privileges, seccomp, a pids lim
 equal to it, a CPU quota, an init that reaps zombies, nofile/fsize ulimits, and labels naming the
 rlguard instance, the episode and the owning process.
 
-Commands and file operations go through ``sandbox.executor`` started once per container over the
+Commands and file operations go through ``sandbox.inside.executor`` started once per container over the
 exec attach stream (see ``sandbox.attach`` for why not a socket file); images without python3 fall
 back to one ``docker exec`` per command. The docker SDK is synchronous: its calls run in a bounded
 thread pool so many sandboxes can be driven from one event loop.
@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sandbox import executor, ownership, seccomp
+from sandbox import ownership, seccomp
 from sandbox.attach import AttachedExec, ChannelClosed
 from sandbox.base import (
     DirEntry,
@@ -41,13 +41,14 @@ from sandbox.base import (
     SandboxError,
     SandboxSpec,
 )
+from sandbox.inside import executor
 from sandbox.paths import WORKSPACE, workspace_path
 from sandbox.settings import SandboxLimits, SandboxSettings, parse_size
 
 if TYPE_CHECKING:
     import docker
 
-    from rlguard.settings import Settings
+    from sandbox.settings import SandboxEnv
 
 AGENT_UID = "1000:1000"
 # The container's own processes (init and its ``sleep``) run as ``nobody``: the agent (uid 1000) can
@@ -458,7 +459,7 @@ class DockerBackend(SandboxBackend):
         atexit.register(_remove_on_exit, weakref.ref(self))
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> DockerBackend:
+    def from_settings(cls, settings: SandboxEnv) -> DockerBackend:
         """A backend for the configured instance, engine and sandbox settings."""
         return cls(settings.instance, settings.docker_host, settings.sandbox)
 

@@ -10,6 +10,7 @@ import re
 from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _UNIT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -81,3 +82,17 @@ class SandboxSettings(BaseModel):
         "auto", description="How a missing rlguard image is built"
     )
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
+
+
+class SandboxEnv(BaseSettings):
+    """The sandbox layer's share of the ``RLGUARD_*`` environment (part of ``rlguard.settings.Settings``).
+
+    Read on its own by ``rlguard sandbox ...``; the top-level settings inherit it, so both read the
+    same variables the same way.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="RLGUARD_", env_nested_delimiter="__", extra="ignore")
+
+    instance: str = Field("default", description="Names this rlguard instance on its containers' labels")
+    docker_host: str | None = Field(None, description="Docker engine URL; default: DOCKER_HOST or socket")
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)

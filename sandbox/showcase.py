@@ -12,6 +12,9 @@ import io
 import tarfile
 from dataclasses import dataclass, field
 
+from rich.console import Console
+from rich.table import Table
+
 from sandbox.base import ExecResult, SandboxSpec
 from sandbox.docker_backend import DockerBackend
 
@@ -155,8 +158,6 @@ async def run_showcase(backend: DockerBackend, image: str | None = None) -> Show
 
 def print_report(report: ShowcaseReport) -> None:
     """The showcase as a reader sees it: the test run, then a table of refusals."""
-    from rich.console import Console
-    from rich.table import Table
 
     console = Console()
     status = (

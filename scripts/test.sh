@@ -8,4 +8,5 @@ bash scripts/ensure_chromium.sh
 RLGUARD_TEST_POSTGRES_URL=$(bash scripts/ensure_postgres.sh)
 export RLGUARD_TEST_POSTGRES_URL
 .venv/bin/ruff check .
+.venv/bin/lint-imports  # the layers of DESIGN.md (contracts in pyproject.toml)
 exec .venv/bin/python -m pytest -p no:cacheprovider "$@"

@@ -66,20 +66,36 @@ class AdvantageConfig:
 AdvantageFn = Callable[[AdvantageBatch, AdvantageConfig], tuple[torch.Tensor, torch.Tensor]]
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
 CRITIC_ESTIMATORS: set[str] = set()
+ALGO_ESTIMATORS: dict[str, str] = {}  # --algo name -> estimator name
 
 
-def register_advantage(name: str, needs_critic: bool = False) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Register an estimator under ``name`` (``--algo`` picks it); ``needs_critic`` says it reads values."""
+def register_advantage(
+    name: str, needs_critic: bool = False, algo: str | None = None
+) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Register an estimator under ``name``; ``--algo`` picks it by ``algo`` (default: ``name``).
+
+    ``needs_critic`` says it reads values (the trainer then builds and trains a critic).
+    """
 
     def decorate(fn: AdvantageFn) -> AdvantageFn:
-        if name in ADVANTAGE_ESTIMATORS:
+        if name in ADVANTAGE_ESTIMATORS or (algo or name) in ALGO_ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} registered twice")
         ADVANTAGE_ESTIMATORS[name] = fn
+        ALGO_ESTIMATORS[algo or name] = name
         if needs_critic:
             CRITIC_ESTIMATORS.add(name)
         return fn
 
     return decorate
+
+
+def estimator_for_algo(algo: str) -> str:
+    """The estimator name behind ``--algo``; a clear error listing the known algorithms otherwise."""
+    try:
+        return ALGO_ESTIMATORS[algo]
+    except KeyError:
+        known = ", ".join(sorted(ALGO_ESTIMATORS))
+        raise ValueError(f"unknown algorithm {algo!r}; known: {known}") from None
 
 
 def get_advantage_estimator(name: str) -> AdvantageFn:
@@ -258,7 +274,7 @@ def subtrajectory_bootstrap_values(
     return boot
 
 
-@register_advantage("gae", needs_critic=True)
+@register_advantage("gae", needs_critic=True, algo="ppo")
 def gae_estimator(batch: AdvantageBatch, config: AdvantageConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO with a learned critic: token-level GAE, sub-trajectories chained by bootstrap values."""
     if batch.values is None or batch.final_values is None:

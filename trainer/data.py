@@ -1,36 +1,22 @@
-"""Training data from the trajectory store, and the exactly-once bookkeeping of its consumption.
+"""Training samples from the trajectory store (read and marked through ``store`` methods).
 
 A step reads whole episodes (every sub-trajectory, so GAE can chain them) that have ended, carry a
-reward and have not been consumed. After the step's checkpoint is on disk, :func:`commit_step`
-inserts the ``training_steps`` row *and* marks those sub-trajectories consumed in one transaction.
-Resuming always starts from the newest committed row, so:
-
-* a crash before the commit leaves the data unconsumed and the previous checkpoint current: the
-  resumed trainer trains on that data once, from the state that has not seen it;
-* a crash after the commit resumes from the new checkpoint and never sees the data again.
+reward and have not been consumed; ``Store.commit_training_step`` marks them consumed in the same
+transaction as the step's checkpoint row (the exactly-once argument is in ``store/training.py``).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
 
-from sqlalchemy import func, select, update
-
-from rlguard.store.codec import decode_action_mask, decode_logprobs, decode_token_ids
-from rlguard.store.models import EpisodeRow, EpisodeStatus, SubTrajectoryRow, TrainingStepRow, utcnow
-from rlguard.store.repository import Store
+from store.codec import decode_action_mask, decode_logprobs, decode_token_ids
+from store.models import EpisodeRow, EpisodeStatus, SubTrajectoryRow
+from store.repository import Store
 from trainer.batch import Sample
 
 # Episodes cut off by a limit rather than ended by the agent: their return did not end there, so the
 # critic bootstraps them. ``details["end_reason"]`` carries the rollout's reason when it sets one.
 TRUNCATING_END_REASONS = frozenset({"max_turns", "max_tokens", "timeout", "context_full"})
-TRAINABLE_STATUSES = (EpisodeStatus.FINISHED.value, EpisodeStatus.TIMED_OUT.value)
-
-
-class ConsumptionConflict(RuntimeError):
-    """Some of the step's sub-trajectories were consumed by someone else meanwhile: nothing committed."""
 
 
 @dataclass(frozen=True)
@@ -61,42 +47,15 @@ def load_step_data(store: Store, max_episodes: int, max_sequence_tokens: int | N
     An episode is taken only when all its sub-trajectories are trainable and unconsumed (a gap would
     break the bootstrap chain); longer-than-allowed sub-trajectories exclude their episode too.
     """
-    with store.sessions() as session:
-        untrainable = select(SubTrajectoryRow.episode_id).where(SubTrajectoryRow.trainable.is_(False))
-        candidates = (
-            select(SubTrajectoryRow.episode_id)
-            .join(EpisodeRow)
-            .where(
-                SubTrajectoryRow.consumed_at.is_(None),
-                EpisodeRow.status.in_(TRAINABLE_STATUSES),
-                EpisodeRow.reward.is_not(None),
-                SubTrajectoryRow.episode_id.not_in(untrainable),
-            )
-            .group_by(SubTrajectoryRow.episode_id)
-            .order_by(func.min(SubTrajectoryRow.id))
-            .limit(max_episodes)
-        )
-        episode_ids = list(session.scalars(candidates))
-        if not episode_ids:
-            return StepData([], [], 0)
-        episodes = {
-            e.id: e for e in session.scalars(select(EpisodeRow).where(EpisodeRow.id.in_(episode_ids)))
-        }
-        rows_by_episode: dict[str, list[SubTrajectoryRow]] = defaultdict(list)
-        for row in session.scalars(
-            select(SubTrajectoryRow)
-            .where(SubTrajectoryRow.episode_id.in_(episode_ids))
-            .order_by(SubTrajectoryRow.episode_id, SubTrajectoryRow.index)
-        ):
-            rows_by_episode[row.episode_id].append(row)
-
+    found = store.trainable_episodes(max_episodes)
+    if not found:
+        return StepData([], [], 0)
     task_numbers: dict[str, int] = {}
     samples: list[Sample] = []
     record_ids: list[int] = []
     used = 0
-    for number, episode_id in enumerate(episode_ids):
-        rows = rows_by_episode[episode_id]
-        episode = episodes[episode_id]
+    for number, item in enumerate(found):
+        rows, episode = item.sub_trajectories, item.episode
         if not _usable(rows, max_sequence_tokens):
             continue
         used += 1
@@ -132,58 +91,8 @@ def _usable(rows: list[SubTrajectoryRow], max_sequence_tokens: int | None) -> bo
     return max_sequence_tokens is None or all(r.num_tokens <= max_sequence_tokens for r in rows)
 
 
-def commit_step(
-    store: Store,
-    run: str,
-    step: int,
-    policy_version: str,
-    checkpoint_path: str,
-    record_ids: list[int],
-    metrics: dict[str, Any] | None = None,
-) -> int:
-    """Record the step's checkpoint and mark its data consumed, atomically; returns the step row id.
-
-    Raises :class:`ConsumptionConflict` (and commits nothing) when any of ``record_ids`` is already
-    consumed, so two trainers can never both claim the same data.
-    """
-    with store.sessions.begin() as session:
-        row = TrainingStepRow(
-            run=run,
-            step=step,
-            policy_version=policy_version,
-            checkpoint_path=checkpoint_path,
-            num_sub_trajectories=len(record_ids),
-            metrics={k: v for k, v in (metrics or {}).items() if v == v},  # JSON has no NaN
-        )
-        session.add(row)
-        session.flush()
-        if record_ids:
-            result = session.execute(
-                update(SubTrajectoryRow)
-                .where(SubTrajectoryRow.id.in_(record_ids), SubTrajectoryRow.consumed_at.is_(None))
-                .values(consumed_at=utcnow(), consumed_by_step=row.id)
-            )
-            if result.rowcount != len(record_ids):
-                raise ConsumptionConflict(
-                    f"{len(record_ids) - result.rowcount} of the step's sub-trajectories were consumed "
-                    "meanwhile"
-                )
-        return row.id
-
-
 def shard_for_rank(samples: list[Sample], rank: int, world_size: int, by_group: bool) -> list[Sample]:
     """This rank's share: whole episodes (GAE chains them), or whole task groups (group baselines)."""
     if world_size == 1:
         return samples
     return [s for s in samples if (s.group_id if by_group else s.episode_id) % world_size == rank]
-
-
-def latest_step(store: Store, run: str) -> TrainingStepRow | None:
-    """The newest committed step of ``run`` (the one to resume from), or None."""
-    with store.sessions() as session:
-        return session.scalars(
-            select(TrainingStepRow)
-            .where(TrainingStepRow.run == run)
-            .order_by(TrainingStepRow.step.desc())
-            .limit(1)
-        ).first()

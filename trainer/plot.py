@@ -12,7 +12,7 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from rlguard.errors import RlguardError
+from trainer.errors import TrainerError
 
 METRICS_FILE = "metrics.jsonl"
 BENCH_KEYS = {"run", "algo", "horizon", "seed", "env_tokens"}
@@ -24,7 +24,7 @@ def read_records(run_dir: Path) -> list[dict]:
     """Parse ``RUN_DIR/metrics.jsonl``; a clear error for a missing file or a bad line."""
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
-        raise RlguardError(f"no {METRICS_FILE} in {run_dir}")
+        raise TrainerError(f"no {METRICS_FILE} in {run_dir}")
     records = []
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():
@@ -32,12 +32,12 @@ def read_records(run_dir: Path) -> list[dict]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise RlguardError(f"{path}:{number}: not JSON ({exc.msg})") from None
+            raise TrainerError(f"{path}:{number}: not JSON ({exc.msg})") from None
         if not isinstance(record, dict):
-            raise RlguardError(f"{path}:{number}: expected a JSON object")
+            raise TrainerError(f"{path}:{number}: expected a JSON object")
         records.append(record)
     if not records:
-        raise RlguardError(f"{path} holds no records")
+        raise TrainerError(f"{path} holds no records")
     return records
 
 
@@ -72,7 +72,7 @@ def _plot_metrics(run_dir: Path, records: list[dict]) -> Path:
     """One panel per numeric metric against ``step`` (or the record index when there is none)."""
     names = sorted({k for r in records for k, v in r.items() if k != "step" and _is_number(v)})
     if not names:
-        raise RlguardError(f"{run_dir / METRICS_FILE} has no numeric metric to plot")
+        raise TrainerError(f"{run_dir / METRICS_FILE} has no numeric metric to plot")
     plt = _pyplot()
     rows, cols = _grid(len(names))
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.8 * rows), squeeze=False)

@@ -29,6 +29,7 @@ from trainer.advantages import (
     CRITIC_ESTIMATORS,
     AdvantageBatch,
     AdvantageConfig,
+    estimator_for_algo,
     get_advantage_estimator,
     place_episode_rewards,
 )
@@ -48,8 +49,6 @@ from trainer.masked import masked_mean, masked_whiten
 from trainer.models import Critic, load_actor, load_reference, token_logprobs
 from trainer.runtime import Runtime, init_runtime, no_grad_eval, unwrap, wrap_model
 from trainer.settings import TrainerSettings
-
-ALGO_ESTIMATOR = {"ppo": "gae", "grpo": "grpo", "rloo": "rloo", "reinforce_pp": "reinforce_pp"}
 
 
 @dataclass
@@ -80,7 +79,7 @@ class PPOTrainer:
         self.settings = settings
         self.runtime = runtime
         self.pad_id = pad_id
-        self.estimator_name = ALGO_ESTIMATOR[settings.algo]
+        self.estimator_name = estimator_for_algo(settings.algo)
         self.uses_critic = self.estimator_name in CRITIC_ESTIMATORS
         if self.uses_critic and critic is None:
             raise ValueError(f"--algo {settings.algo} needs a critic")
@@ -115,7 +114,7 @@ class PPOTrainer:
         torch.manual_seed(settings.seed)
         actor = load_actor(model_path)
         critic = None
-        if ALGO_ESTIMATOR[settings.algo] in CRITIC_ESTIMATORS:
+        if estimator_for_algo(settings.algo) in CRITIC_ESTIMATORS:
             critic = Critic.from_pretrained(critic_path or settings.critic_model_path or model_path)
         reference = load_reference(reference_path or model_path) if settings.kl_coef > 0 else None
         pad_id = actor.config.pad_token_id
@@ -360,15 +359,6 @@ class PPOTrainer:
 
     def state_summary(self) -> dict[str, Any]:
         return {"step": self.step, "policy_version": self.policy_version, "algo": self.settings.algo}
-
-
-def run_ppo_update(
-    database_url: str, model_path: str | Path, out_dir: str | Path, **options: Any
-) -> dict[str, Any]:
-    """One PPO update from the store (see ``trainer.train.run_ppo_update``; lives there with the run)."""
-    from trainer.train import run_ppo_update as run_update
-
-    return run_update(database_url, model_path, out_dir, **options)
 
 
 def _adamw(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import httpx
 
-from rlguard.errors import RlguardError
+from trainer.errors import TrainerError
 
 
 def server_root(url: str) -> str:
@@ -35,11 +35,11 @@ def reload_policy(
     try:
         response = httpx.post(server_root(url) + endpoint, json=body, timeout=timeout_s)
     except httpx.HTTPError as exc:
-        raise RlguardError(f"policy server at {url} did not answer the reload: {exc}") from exc
+        raise TrainerError(f"policy server at {url} did not answer the reload: {exc}") from exc
     try:
         answer = response.json()
     except ValueError:
         answer = {"message": response.text[:200]}
     if response.status_code >= 400 or not answer.get("success", False):
-        raise RlguardError(f"policy server refused to reload {checkpoint}: {answer.get('message', answer)}")
+        raise TrainerError(f"policy server refused to reload {checkpoint}: {answer.get('message', answer)}")
     return answer

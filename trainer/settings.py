@@ -3,6 +3,7 @@
 from typing import Literal
 
 from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class TrainerSettings(BaseModel):
@@ -40,3 +41,11 @@ class TrainerSettings(BaseModel):
     critic_model_path: str | None = Field(None, description="Critic backbone; default: the actor's")
     reload_protocol: Literal["builtin", "sglang"] = Field("builtin", description="Policy server reload API")
     reload_timeout_s: float = Field(120.0, gt=0)
+
+
+class TrainerEnv(BaseSettings):
+    """The trainer's share of the ``RLGUARD_*`` environment (``RLGUARD_TRAINER__...``)."""
+
+    model_config = SettingsConfigDict(env_prefix="RLGUARD_", env_nested_delimiter="__", extra="ignore")
+
+    trainer: TrainerSettings = Field(default_factory=TrainerSettings)

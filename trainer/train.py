@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlguard.store.migrate import upgrade
-from rlguard.store.repository import Store
+from store.migrate import upgrade
+from store.repository import Store
 from trainer.checkpoint import load_checkpoint, save_checkpoint
-from trainer.data import commit_step, latest_step, load_step_data, shard_for_rank
+from trainer.data import load_step_data, shard_for_rank
+from trainer.errors import TrainerError
 from trainer.metrics import MetricsLog
 from trainer.ppo import PPOTrainer
 from trainer.reload import reload_policy
@@ -23,16 +24,10 @@ from trainer.settings import TrainerSettings
 
 
 def resolve_model(model: str | Path) -> Path:
-    """A local HF directory, or ``tiny``: the locally built tiny model (no hub)."""
-    if str(model) == "tiny":
-        from rollout.tinymodel import ensure_tiny_model
-
-        return ensure_tiny_model()
+    """A local HF model directory (no hub), checked before any weights are loaded."""
     path = Path(model)
     if not (path / "config.json").is_file():
-        from rlguard.errors import RlguardError
-
-        raise RlguardError(f"{path} is not a HF model directory (no config.json)")
+        raise TrainerError(f"{path} is not a HF model directory (no config.json)")
     return path
 
 
@@ -67,7 +62,7 @@ class TrainingRun:
             upgrade(database_url)
         self.runtime.barrier()
         self.store = Store.from_url(database_url)
-        committed = latest_step(self.store, self.run_name)
+        committed = self.store.latest_training_step(self.run_name)
         if committed is not None:
             self.trainer = load_checkpoint(
                 Path(committed.checkpoint_path), settings, self.runtime, reference_path=self.model_path
@@ -89,8 +84,7 @@ class TrainingRun:
             self.trainer, self.run_dir / "checkpoints" / f"step-{step:06d}", tokenizer_source=self.model_path
         )
         if self.runtime.is_main:
-            commit_step(
-                self.store,
+            self.store.commit_training_step(
                 self.run_name,
                 step,
                 str(self.trainer.policy_version),
@@ -114,7 +108,7 @@ class TrainingRun:
     @property
     def policy_checkpoint(self) -> Path:
         """The HF directory of the newest committed policy (the base model before the first step)."""
-        committed = latest_step(self.store, self.run_name)
+        committed = self.store.latest_training_step(self.run_name)
         return Path(committed.checkpoint_path) / "actor" if committed else self.model_path
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from rlguard.store.types import UTCDateTime
+from store.types import UTCDateTime
 
 revision: str = "0002"
 down_revision: str | None = "0001"

@@ -15,8 +15,12 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.engine import make_url
 
+from guard.judge import JudgeEvent
+from guard.pipeline import Guard
 from rlguard.gateway.auth import ensure_admin_token, hash_token
+from rlguard.gateway.catalog import SuiteCatalog, grade_with_hidden_tests
 from rlguard.gateway.dbrunner import DbRunner
 from rlguard.gateway.deps import GatewayState
 from rlguard.gateway.limits import BodySizeLimit
@@ -26,9 +30,11 @@ from rlguard.gateway.services.audit import AuditService
 from rlguard.gateway.services.episodes import EpisodeService, GuardLike, PoolLike
 from rlguard.gateway.tasks import GradeHook, TaskCatalog
 from rlguard.settings import Settings
-from rlguard.store.migrate import upgrade
-from rlguard.store.repository import Store
 from sandbox.base import SandboxBackend
+from sandbox.docker_backend import DockerBackend
+from sandbox.pool import WarmPool
+from store.migrate import upgrade
+from store.repository import Store
 
 log = logging.getLogger("rlguard.gateway")
 
@@ -55,8 +61,6 @@ async def _on_validation_error(_request: Request, exc: RequestValidationError) -
 
 def _default_guard(settings: Settings, metrics: GatewayMetrics) -> Any:
     """The guard from settings; judge outcomes feed the judge latency and error metrics."""
-    from guard.judge import JudgeEvent
-    from guard.pipeline import Guard
 
     def on_judge_event(event: JudgeEvent) -> None:
         if event.outcome == "failed":
@@ -80,9 +84,6 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from rlguard.gateway.catalog import SuiteCatalog, grade_with_hidden_tests
-        from sandbox.docker_backend import DockerBackend
-        from sandbox.pool import WarmPool
 
         url = settings.resolved_database_url
         await asyncio.to_thread(upgrade, url)
@@ -94,7 +95,9 @@ def create_app(
         pool: PoolLike = WarmPool(sandboxes, settings.sandbox.warm_pool_size)
         episodes = EpisodeService(
             db=db,
-            catalog=catalog or SuiteCatalog(settings.gateway.suites, settings.sandbox.limits),
+            catalog=catalog or SuiteCatalog(
+                settings.gateway.suites, settings.sandbox.limits, settings.sandbox.image
+            ),
             grade=grade or grade_with_hidden_tests,
             backend=sandboxes,
             pool=pool,
@@ -143,6 +146,5 @@ def create_app(
 
 
 def _redact(url: str) -> str:
-    from sqlalchemy.engine import make_url
 
     return make_url(url).render_as_string(hide_password=True)

@@ -6,20 +6,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlguard.errors import RlguardError
 from rlguard.gateway.tasks import GradeOutcome, TaskInfo, UnknownTaskError
 from sandbox.base import SandboxBackend
 from sandbox.settings import SandboxLimits
+from tasks.errors import TaskError
+from tasks.grading.grade import grade
+from tasks.spec import TaskRegistry
 
 
 class SuiteCatalog:
-    """Tasks of the configured suites (``rollout.tasks.TaskRegistry``), as the gateway sees them."""
+    """Tasks of the configured suites (``tasks.spec.TaskRegistry``), as the gateway sees them."""
 
-    def __init__(self, suites: Sequence[str | Path], base_limits: SandboxLimits) -> None:
-        from rollout.tasks import TaskRegistry
-
+    def __init__(self, suites: Sequence[str | Path], base_limits: SandboxLimits, image: str = "") -> None:
         self._registry = TaskRegistry(list(suites))
         self._base_limits = base_limits
+        self._image = image
         self._infos: dict[str, TaskInfo] = {}
 
     def _info(self, task: Any) -> TaskInfo:
@@ -28,7 +29,7 @@ class SuiteCatalog:
             info = self._infos[task.id] = TaskInfo(
                 id=task.id,
                 instructions=task.instructions,
-                image=task.resolved_image(),
+                image=task.resolved_image(self._image),
                 limits=task.sandbox_limits(self._base_limits),
                 workspace=task.workspace_tar(),
                 protected_paths=tuple(task.protected_paths),
@@ -45,15 +46,13 @@ class SuiteCatalog:
             raise UnknownTaskError(ref)
         try:
             return self._info(self._registry.get(ref))
-        except RlguardError as exc:
+        except TaskError as exc:
             raise UnknownTaskError(ref) from exc
 
 
 async def grade_with_hidden_tests(
     backend: SandboxBackend, task: TaskInfo, workspace_tar: bytes
 ) -> GradeOutcome:
-    """``rollout.grading.grade``: the final workspace and the pristine hidden tests in a fresh container."""
-    from rollout.grading import grade
-
-    result = await grade(backend, task.source, workspace_tar)
+    """``tasks.grading.grade.grade``: the final workspace and the pristine hidden tests, fresh container."""
+    result = await grade(backend, task.source, workspace_tar, image=task.image, limits=task.limits)
     return GradeOutcome(reward=float(result.reward), details=dict(result.details))

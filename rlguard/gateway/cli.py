@@ -1,11 +1,16 @@
 """Command-line sub-commands of this package (registered into ``rlguard.cli``):
-``serve``, ``db upgrade``, ``audit``, ``audit stats``, ``export`` and ``bench gateway``."""
+``serve``, ``db upgrade``, ``audit``, ``audit stats``, ``export`` and ``bench gateway``.
+
+Imports inside the commands keep ``rlguard --version`` and ``--help`` fast: docker, torch,
+SQLAlchemy and the packages behind them load only for the command that runs.
+"""
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -19,8 +24,8 @@ console = Console()
 
 def _store():
     from rlguard.settings import get_settings
-    from rlguard.store.migrate import upgrade
-    from rlguard.store.repository import Store
+    from store.migrate import upgrade
+    from store.repository import Store
 
     url = get_settings().resolved_database_url
     upgrade(url)
@@ -42,8 +47,8 @@ def _preflight(settings: Settings) -> None:
     import docker
     from sqlalchemy.exc import SQLAlchemyError
 
-    from rlguard.store.migrate import upgrade
     from sandbox.docker_backend import resolve_docker_host
+    from store.migrate import upgrade
 
     host = resolve_docker_host(settings.docker_host)
     try:
@@ -87,7 +92,7 @@ def serve(
 def db_upgrade() -> None:
     """Create or migrate the database schema to the newest revision."""
     from rlguard.settings import get_settings
-    from rlguard.store.migrate import current_revision, upgrade
+    from store.migrate import current_revision, upgrade
 
     url = get_settings().resolved_database_url
     upgrade(url)
@@ -108,7 +113,7 @@ def audit(
     """Print intercepted calls (verdict, stage, rule, reason, the decoy shown)."""
     if ctx.invoked_subcommand is not None:
         return
-    from rlguard.store.repository import InterceptFilter
+    from store.repository import InterceptFilter
 
     store = _store()
     try:
@@ -211,20 +216,11 @@ def bench_gateway(
     as_json: bool = typer.Option(False, "--json", help="Print JSON"),
     calls: int = typer.Option(300, min=20, help="Sequential calls for the latency percentiles"),
     concurrent_calls: int = typer.Option(40, min=5, help="Calls per episode in the 16-episode run"),
-) -> None:
+) -> dict[str, Any]:
     """Tool-call round trip (HTTP + guard + store + sandbox) beside raw docker exec; 16-episode calls/s."""
     from rlguard.gateway.bench import run_bench
 
-    result = run_bench(calls=calls, concurrent_calls=concurrent_calls)
-    if as_json:
-        typer.echo(json.dumps(result))
-        return
-    table = Table(title="gateway benchmark")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key, value in result.items():
-        table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
-    console.print(table)
+    return run_bench(calls=calls, concurrent_calls=concurrent_calls)
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:

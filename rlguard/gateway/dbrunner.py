@@ -12,8 +12,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
-from rlguard.store.engine import is_sqlite
-from rlguard.store.repository import Store
+from store.engine import is_sqlite
+from store.repository import Store
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rlguard.store.repository import Store
+from store.repository import Store
 
 EXPORT_SCHEMA = pa.schema(
     [

@@ -12,7 +12,7 @@ import asyncio
 import logging
 
 from rlguard.gateway.dbrunner import DbRunner
-from rlguard.store.models import ToolCallRow
+from store.models import ToolCallRow
 
 log = logging.getLogger("rlguard.gateway.recorder")
 

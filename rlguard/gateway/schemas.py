@@ -173,7 +173,7 @@ class _RecordedCall(BaseModel):
 
 
 def recorded_call_fields(call: Any) -> dict[str, Any]:
-    """``_RecordedCall``'s fields read from a stored tool-call row (``rlguard.store.models``)."""
+    """``_RecordedCall``'s fields read from a stored tool-call row (``store.models``)."""
     return {
         "seq": call.seq,
         "tool": call.tool,

@@ -1,7 +1,7 @@
 """What the gateway needs from tasks: a catalog to resolve ``<suite>/<id>`` and a grading hook.
 
-The gateway does not parse task suites or run graders itself (``rollout.tasks`` and
-``rollout.grading`` do); it depends on these two small interfaces so it can be run, and tested,
+The gateway does not parse task suites or run graders itself (``tasks.spec`` and
+``tasks.grading.grade`` do); it depends on these two small interfaces so it can be run, and tested,
 with any catalog.
 """
 

@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from rlguard import __version__
-from rlguard.errors import RlguardError
+from sandbox.base import SandboxError
+from sandbox.version import RLGUARD_VERSION
 
 if TYPE_CHECKING:
     import docker
@@ -62,7 +62,7 @@ BuildMode = Literal["auto", "dockerfile", "offline"]
 
 def default_image() -> str:
     """The image sandboxes use unless a setting or a task names another."""
-    return f"{IMAGE_REPOSITORY}:{__version__}"
+    return f"{IMAGE_REPOSITORY}:{RLGUARD_VERSION}"
 
 
 def _log(message: str) -> None:
@@ -121,7 +121,7 @@ def ensure_image(
     if _current(client, image):
         return image
     if image != default_image():
-        raise RlguardError(
+        raise SandboxError(
             f"sandbox image {image!r} is not present in the Docker engine; pull or build it first"
         )
     # Set-up and several test sessions may all find the image missing: one builds, the rest wait.
@@ -184,10 +184,10 @@ def _build_dockerfile(client: docker.DockerClient, tag: str) -> None:
             path=str(IMAGE_DIR),
             tag=tag,
             rm=True,
-            buildargs={"RLGUARD_VERSION": __version__, "RLGUARD_RECIPE": recipe()},
+            buildargs={"RLGUARD_VERSION": RLGUARD_VERSION, "RLGUARD_RECIPE": recipe()},
             pull=False,
         )
     except (docker.errors.BuildError, docker.errors.APIError) as exc:
-        raise RlguardError(
+        raise SandboxError(
             f"Dockerfile build of {tag} failed: {exc}; try `rlguard sandbox image build --offline`"
         ) from exc

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rlguard import __version__
-from rlguard.errors import RlguardError
+from sandbox.base import SandboxError
 from sandbox.image import IMAGE_DIR, IMAGE_ENV, IMAGE_USER, IMAGE_WORKDIR, PACKAGES, RECIPE_LABEL, recipe
+from sandbox.version import RLGUARD_VERSION
 
 if TYPE_CHECKING:
     import docker
@@ -40,7 +40,7 @@ def host_codename(os_release: Path = Path("/etc/os-release")) -> str:
     for line in os_release.read_text().splitlines():
         if line.startswith("VERSION_CODENAME="):
             return line.split("=", 1)[1].strip().strip('"')
-    raise RlguardError(f"cannot tell the Debian release: no VERSION_CODENAME in {os_release}")
+    raise SandboxError(f"cannot tell the Debian release: no VERSION_CODENAME in {os_release}")
 
 
 def _deb822_stanzas(text: str) -> list[dict[str, str]]:
@@ -96,7 +96,7 @@ def find_apt_source(codename: str, apt_dir: Path = APT_DIR) -> AptSource:
                     if option.startswith("signed-by="):
                         keyring = option.split("=", 1)[1]
                 return AptSource(words[0], codename, keyring)
-    raise RlguardError(
+    raise SandboxError(
         f"no apt source for {codename!r} in {apt_dir}; the offline image build needs the host's Debian mirror"
     )
 
@@ -106,7 +106,7 @@ def _run(cmd: list[str], what: str, log_path: Path) -> None:
         done = subprocess.run(cmd, stdout=log_file, stderr=subprocess.STDOUT, check=False)
     if done.returncode != 0:
         tail = log_path.read_text(errors="replace").splitlines()[-15:]
-        raise RlguardError(
+        raise SandboxError(
             f"{what} failed (exit {done.returncode}); last lines of {log_path}:\n" + "\n".join(tail)
         )
 
@@ -114,11 +114,11 @@ def _run(cmd: list[str], what: str, log_path: Path) -> None:
 def build_offline(client: docker.DockerClient, tag: str, log: Callable[[str], None]) -> None:
     """Bootstrap a minimal Debian root filesystem and import it as ``tag``."""
     if os.geteuid() != 0:
-        raise RlguardError(
+        raise SandboxError(
             "the offline image build needs root (debootstrap); run it as root or use the Dockerfile"
         )
     if shutil.which("debootstrap") is None:
-        raise RlguardError("the offline image build needs debootstrap: apt-get install debootstrap")
+        raise SandboxError("the offline image build needs debootstrap: apt-get install debootstrap")
     source = find_apt_source(host_codename())
     work = Path(tempfile.mkdtemp(prefix="rlguard-image-", dir="/var/tmp"))
     rootfs, archive, log_path = work / "rootfs", work / "rootfs.tar", work / "build.log"
@@ -140,7 +140,7 @@ def build_offline(client: docker.DockerClient, tag: str, log: Callable[[str], No
             f"WORKDIR {IMAGE_WORKDIR}",
             *(f"ENV {key}={value}" for key, value in IMAGE_ENV.items()),
             'CMD ["sleep", "infinity"]',
-            f'LABEL org.rlguard.image="sandbox-python" org.rlguard.version="{__version__}"'
+            f'LABEL org.rlguard.image="sandbox-python" org.rlguard.version="{RLGUARD_VERSION}"'
             f' {RECIPE_LABEL}="{recipe()}"',
         ]
         repository, _, version = tag.rpartition(":")

@@ -6,7 +6,7 @@ import hashlib
 
 import httpx
 
-from rlguard.store.repository import Store
+from store.repository import Store
 from tests.gateway.conftest import TASK, Gateway
 
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rollout.tasks import TaskRegistry
+from tasks.spec import TaskRegistry
 from tests.gateway.conftest import TASK
 
 

@@ -9,7 +9,7 @@ import docker.errors
 import httpx
 
 from rlguard.gateway.app import create_app
-from rlguard.store.repository import Store
+from store.repository import Store
 from tests.gateway.conftest import Gateway, containers_of, gateway_settings, served
 
 

@@ -9,9 +9,9 @@ import pytest
 
 from rlguard.gateway.dbrunner import DbRunner
 from rlguard.gateway.recorder import CallRecorder
-from rlguard.store.migrate import upgrade
-from rlguard.store.models import EpisodeRow, ToolCallRow, utcnow
-from rlguard.store.repository import Store
+from store.migrate import upgrade
+from store.models import EpisodeRow, ToolCallRow, utcnow
+from store.repository import Store
 
 
 def _row(episode_id: str, seq: int) -> ToolCallRow:

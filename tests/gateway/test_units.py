@@ -17,7 +17,7 @@ from rlguard.gateway.cli import parse_since
 from rlguard.gateway.logs import JsonFormatter
 from rlguard.gateway.tools import ARGUMENT_MODELS, openai_tools
 from rlguard.settings import Settings
-from rlguard.store.migrate import head_revision
+from store.migrate import head_revision
 
 
 def test_admin_token_generated_once_with_mode_0600_and_printed_once(tmp_path, capsys) -> None:

@@ -23,11 +23,11 @@ import uuid
 import docker
 import pytest
 
-from rollout.grading import GradeResult, grade
-from rollout.tasks import Task, load_suite
 from sandbox.docker_backend import DockerBackend
 from sandbox.image import ensure_image
 from sandbox.settings import SandboxSettings
+from tasks.grading.grade import GradeResult, grade
+from tasks.spec import Task, load_suite
 
 pytestmark = pytest.mark.docker
 

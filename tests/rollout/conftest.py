@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout.tinymodel import ensure_tiny_model
+from rlguard.tinymodel import ensure_tiny_model
 
 
 @pytest.fixture(scope="session")
@@ -32,8 +32,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory):
     """A real gateway (SQLite, real guard, local Docker sandboxes) on a loopback port."""
     import os
 
+    from rlguard.local_gateway import local_gateway
     from rlguard.settings import Settings
-    from rollout.local_gateway import local_gateway
 
     state = tmp_path_factory.mktemp("gateway-state")
     settings = Settings(
@@ -50,7 +50,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def store(gateway):
     """The gateway's database, for reading back what the runner stored."""
-    from rlguard.store.repository import Store
+    from store.repository import Store
 
     return Store.from_url(gateway.settings.resolved_database_url)
 

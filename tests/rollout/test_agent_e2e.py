@@ -9,7 +9,7 @@ import pytest
 
 from rollout.agent import AgentConfig, run_episode
 from rollout.policy import CompletionsPolicy
-from rollout.tasks import TaskRegistry
+from tasks.spec import TaskRegistry
 from tests.rollout.helpers import RecordingPolicy, mask_runs, stored_rows
 
 TASK = "builtin/stats-median"

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from rlguard.demo_run import print_demo_report, run_demo_rollouts
 from rlguard.settings import Settings
-from rlguard.store.repository import Store
-from rollout.demo_run import print_demo_report, run_demo_rollouts
+from store.repository import Store
 
 
 def test_demo_rollouts_store_compacted_intercepted_consistent_episodes(tmp_path: Path, capsys) -> None:

@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from rlguard.errors import RlguardError
 from rollout.agent import AgentConfig, run_episode
+from rollout.errors import RolloutError
 from rollout.hf_engine import HFEngine
 from rollout.runner import count_intercepts
 from rollout.scripted import Scorer, ScriptBook
-from rollout.tasks import TaskRegistry
+from tasks.spec import TaskRegistry
 from tests.rollout.helpers import RecordingPolicy, mask_runs, stored_rows
 
 TASK = "builtin/stats-median"
@@ -35,12 +35,12 @@ def test_builtin_script_expands_for_every_builtin_task() -> None:
 def test_bad_scripts_fail_with_the_file_and_field(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("behaviours:\n  honest:\n    - say: hi\n      call: {name: bash}\n      raw: oops\n")
-    with pytest.raises(RlguardError, match=r"bad\.yaml: behaviours\.honest\.0.*exactly one of"):
+    with pytest.raises(RolloutError, match=r"bad\.yaml: behaviours\.honest\.0.*exactly one of"):
         ScriptBook.load(bad)
     bad.write_text("behaviours: [unclosed\n")
-    with pytest.raises(RlguardError, match="not valid YAML"):
+    with pytest.raises(RolloutError, match="not valid YAML"):
         ScriptBook.load(bad)
-    with pytest.raises(RlguardError, match="no behaviour 'nope'"):
+    with pytest.raises(RolloutError, match="no behaviour 'nope'"):
         ScriptBook.load().turns(TaskRegistry(["builtin"]).get(TASK), "nope")
 
 

@@ -49,10 +49,10 @@ def test_apt_source_from_one_line_list(tmp_path: Path) -> None:
 
 
 def test_apt_source_missing_is_a_clear_error(tmp_path: Path) -> None:
-    from rlguard.errors import RlguardError
+    from sandbox.base import SandboxError
 
     (tmp_path / "sources.list.d").mkdir()
-    with pytest.raises(RlguardError, match="no apt source"):
+    with pytest.raises(SandboxError, match="no apt source"):
         find_apt_source("bookworm", tmp_path)
 
 

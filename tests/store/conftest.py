@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from rlguard.store.migrate import upgrade
-from rlguard.store.repository import Store
+from store.migrate import upgrade
+from store.repository import Store
 
 
 @pytest.fixture

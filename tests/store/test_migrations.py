@@ -6,9 +6,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from rlguard.store.engine import make_engine, normalize_url
-from rlguard.store.migrate import current_revision, downgrade, head_revision, upgrade
-from rlguard.store.models import Base
+from store.engine import make_engine, normalize_url
+from store.migrate import current_revision, downgrade, head_revision, upgrade
+from store.models import Base
 
 TABLES = {"tasks", "episodes", "sub_trajectories", "tool_calls"}
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
-from rlguard.store.codec import (
+from store.codec import (
     decode_action_mask,
     decode_logprobs,
     decode_token_ids,
@@ -16,8 +16,8 @@ from rlguard.store.codec import (
     encode_logprobs,
     encode_token_ids,
 )
-from rlguard.store.models import EpisodeRow, EpisodeStatus, SubTrajectoryRow, ToolCallRow, utcnow
-from rlguard.store.repository import DuplicateError, InterceptFilter, Store
+from store.models import EpisodeRow, EpisodeStatus, SubTrajectoryRow, ToolCallRow, utcnow
+from store.repository import DuplicateError, InterceptFilter, Store
 
 
 def _episode(store: Store, episode_id: str, policy_version: str | None = "v1", task: str = "s/t") -> None:

@@ -109,8 +109,8 @@ def store_episode(
     details: dict | None = None,
 ) -> None:
     """Write one ended episode with its sub-trajectories (token ids, action mask) into ``store``."""
-    from rlguard.store.codec import encode_action_mask, encode_logprobs, encode_token_ids
-    from rlguard.store.models import EpisodeRow, EpisodeStatus, SubTrajectoryRow
+    from store.codec import encode_action_mask, encode_logprobs, encode_token_ids
+    from store.models import EpisodeRow, EpisodeStatus, SubTrajectoryRow
 
     store.upsert_task(task_id, task_id.split("/")[0], "", "", {})
     store.create_episode(

@@ -9,16 +9,16 @@ import pytest
 from typer.testing import CliRunner
 
 from rlguard.cli import app
-from rlguard.errors import RlguardError
-from rlguard.store.migrate import upgrade
-from rlguard.store.repository import Store
+from store.migrate import upgrade
+from store.repository import Store
 from tests.trainer.conftest import store_episode
+from trainer.errors import TrainerError
 
 
 @pytest.fixture(scope="session")
 def tiny_rollout_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project's tiny model (with its locally built tokenizer), as the policy server loads it."""
-    from rollout.tinymodel import ensure_tiny_model
+    from rlguard.tinymodel import ensure_tiny_model
 
     return ensure_tiny_model(tmp_path_factory.mktemp("tiny-rollout") / "model")
 
@@ -58,7 +58,7 @@ def test_train_command_trains_from_store_and_reloads_the_policy_server(
 
     again = runner.invoke(app, ["train", "--model", str(tiny_rollout_model), "--out", str(run_dir),
                                 "--database-url", url, "--device", "cpu"])  # fmt: skip
-    assert isinstance(again.exception, RlguardError) and "no unconsumed" in str(again.exception)
+    assert isinstance(again.exception, TrainerError) and "no unconsumed" in str(again.exception)
 
     plotted = runner.invoke(app, ["plot", str(run_dir)])
     assert plotted.exit_code == 0, plotted.output
@@ -69,8 +69,8 @@ def test_train_command_trains_from_store_and_reloads_the_policy_server(
 def test_closed_loop_rolls_out_trains_and_serves_the_new_policy(
     tiny_rollout_model: Path, tmp_path: Path, monkeypatch
 ) -> None:
+    from rlguard.loop import LoopConfig, run_loop
     from rlguard.settings import get_settings
-    from trainer.loop import LoopConfig, run_loop
     from trainer.settings import TrainerSettings
 
     monkeypatch.setenv("RLGUARD_STATE_DIR", str(tmp_path / "state"))
@@ -96,7 +96,7 @@ def test_closed_loop_rolls_out_trains_and_serves_the_new_policy(
         with store.sessions() as session:
             from sqlalchemy import select
 
-            from rlguard.store.models import EpisodeRow, SubTrajectoryRow
+            from store.models import EpisodeRow, SubTrajectoryRow
 
             versions = sorted(session.scalars(select(EpisodeRow.policy_version)))
             unconsumed = session.scalars(
@@ -118,13 +118,13 @@ def test_reload_speaks_both_dialects_and_reports_refusals(tiny_rollout_model: Pa
     with serve_in_thread(server.app, startup_timeout_s=120) as policy_url:
         answer = reload_policy(f"{policy_url}/v1", tiny_rollout_model, "7", protocol)
         assert answer["success"] and server.reloads == 1
-        with pytest.raises(RlguardError, match="refused"):
+        with pytest.raises(TrainerError, match="refused"):
             reload_policy(policy_url, tiny_rollout_model / "missing", "8", protocol)
         assert server.reloads == 1
 
 
 def test_run_ppo_update_for_the_demo(tiny_rollout_model: Path, tmp_path: Path) -> None:
-    from trainer.ppo import run_ppo_update
+    from trainer.train import run_ppo_update
 
     url = f"sqlite:///{tmp_path / 'store.db'}"
     upgrade(url)

@@ -8,12 +8,13 @@ import pytest
 from sqlalchemy import select
 
 import trainer.train as train_module
-from rlguard.store.migrate import upgrade
-from rlguard.store.models import SubTrajectoryRow, TrainingStepRow
-from rlguard.store.repository import Store
+from store.migrate import upgrade
+from store.models import SubTrajectoryRow, TrainingStepRow
+from store.repository import Store
+from store.training import ConsumptionConflict
 from tests.trainer.conftest import store_episode
 from trainer.batch import pack_by_token_budget, padding_fraction
-from trainer.data import ConsumptionConflict, commit_step, latest_step, load_step_data
+from trainer.data import load_step_data
 from trainer.runtime import init_runtime
 from trainer.settings import TrainerSettings
 from trainer.train import TrainingRun
@@ -57,11 +58,11 @@ def test_commit_is_atomic_and_refuses_double_consumption(store: Store) -> None:
     store_episode(store, "e1", "suite/a", 1.0, TWO_PARTS)
     store_episode(store, "e2", "suite/a", 0.0, ONE_PART)
     data = load_step_data(store, max_episodes=10)
-    step_id = commit_step(store, "run", 1, "1", "/ckpt/1", data.record_ids[:2])
+    step_id = store.commit_training_step("run", 1, "1", "/ckpt/1", data.record_ids[:2])
     assert sorted(v for v in consumed(store).values() if v is not None) == [step_id, step_id]
     with pytest.raises(ConsumptionConflict):
-        commit_step(store, "run", 2, "2", "/ckpt/2", data.record_ids)  # overlaps step 1
-    assert latest_step(store, "run").step == 1  # the failed commit left no training_steps row
+        store.commit_training_step("run", 2, "2", "/ckpt/2", data.record_ids)  # overlaps step 1
+    assert store.latest_training_step("run").step == 1  # the failed commit left no training_steps row
     assert list(consumed(store).values()).count(None) == 1
     assert load_step_data(store, max_episodes=10).record_ids == data.record_ids[2:]
 
@@ -93,12 +94,12 @@ def test_crash_between_training_and_commit_neither_skips_nor_repeats_data(
     def crash(*args, **kwargs):
         raise RuntimeError("killed between training and commit")
 
-    monkeypatch.setattr(train_module, "commit_step", crash)
+    monkeypatch.setattr(run.store, "commit_training_step", crash)
     with pytest.raises(RuntimeError, match="killed"):
         run.step(max_episodes=10)
     run.close()
     assert all(v is None for v in consumed(store).values())  # trained, not committed: not consumed
-    assert latest_step(store, run.run_name) is None
+    assert store.latest_training_step(run.run_name) is None
     monkeypatch.undo()
 
     run = open_run()
@@ -106,7 +107,7 @@ def test_crash_between_training_and_commit_neither_skips_nor_repeats_data(
     result = run.step(max_episodes=10)
     assert result is not None and result.step == 1
     run.close()
-    step_row = latest_step(store, run.run_name)
+    step_row = store.latest_training_step(run.run_name)
     assert set(consumed(store).values()) == {step_row.id}  # every row consumed, exactly by step 1
 
     # a crash after the commit (e.g. while reloading the policy) resumes after the data

@@ -6,8 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlguard.errors import RlguardError
-from trainer.learn_bench import (
+from trainer.bench.learn_bench import (
     GRUNet,
     HyperParams,
     learning_auc,
@@ -16,8 +15,9 @@ from trainer.learn_bench import (
     tokens_to_success,
     train_one,
 )
+from trainer.bench.synthetic_env import LONG, SHORT, rollout, sample_tasks
+from trainer.errors import TrainerError
 from trainer.plot import plot_run
-from trainer.synthetic_env import LONG, SHORT, rollout, sample_tasks
 
 
 def test_rollout_logprobs_match_rescoring() -> None:
@@ -82,8 +82,8 @@ def test_plot_run_draws_a_training_run(tmp_path: Path) -> None:
 
 
 def test_plot_run_rejects_missing_or_broken_metrics(tmp_path: Path) -> None:
-    with pytest.raises(RlguardError, match=r"no metrics\.jsonl"):
+    with pytest.raises(TrainerError, match=r"no metrics\.jsonl"):
         plot_run(tmp_path)
     (tmp_path / "metrics.jsonl").write_text('{"step": 1}\nnot json\n')
-    with pytest.raises(RlguardError, match=r"metrics\.jsonl:2"):
+    with pytest.raises(TrainerError, match=r"metrics\.jsonl:2"):
         plot_run(tmp_path)

@@ -2,7 +2,7 @@
 
 import torch
 
-from trainer.synthetic_env import (
+from trainer.bench.synthetic_env import (
     ANSWER,
     BOS,
     FIRST_KEY,

@@ -35,9 +35,9 @@ from rlguard.gateway.schemas import (
 from rlguard.gateway.services.episodes import CapacityError, EpisodeNotFound, EpisodeNotRunning
 from rlguard.gateway.tasks import UnknownTaskError
 from rlguard.gateway.tools import openai_tools
-from rlguard.store.codec import decode_action_mask
-from rlguard.store.models import EpisodeRow
-from rlguard.store.repository import DuplicateError, InterceptFilter
+from store.codec import decode_action_mask
+from store.models import EpisodeRow
+from store.repository import DuplicateError, InterceptFilter
 
 router = APIRouter(prefix="/v1")
 

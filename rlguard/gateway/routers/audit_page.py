@@ -18,7 +18,7 @@ from fastapi.templating import Jinja2Templates
 
 from rlguard.gateway.auth import hash_token, hashes_equal
 from rlguard.gateway.deps import GatewayState
-from rlguard.store.repository import InterceptFilter, InterceptStats
+from store.repository import InterceptFilter, InterceptStats
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(Path(__file__).resolve().parent.parent / "templates"))

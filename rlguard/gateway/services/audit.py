@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rlguard.gateway.dbrunner import DbRunner
 from rlguard.gateway.schemas import InterceptPage, InterceptView, recorded_call_fields
-from rlguard.store.repository import Intercept, InterceptFilter, InterceptStats
+from store.repository import Intercept, InterceptFilter, InterceptStats
 
 
 def intercept_view(item: Intercept) -> InterceptView:

@@ -24,11 +24,11 @@ from rlguard.gateway.metrics import GatewayMetrics
 from rlguard.gateway.recorder import CallRecorder
 from rlguard.gateway.schemas import CallRequest, SubTrajectoryUpload
 from rlguard.gateway.services.tool_runner import run_tool
-from rlguard.gateway.settings import GatewaySettings
 from rlguard.gateway.tasks import GradeHook, GradeOutcome, TaskCatalog, TaskInfo
-from rlguard.store.codec import encode_action_mask, encode_logprobs, encode_token_ids
-from rlguard.store.models import EpisodeRow, EpisodeStatus, SubTrajectoryRow, ToolCallRow, utcnow
+from rlguard.settings import GatewaySettings
 from sandbox.base import Sandbox, SandboxBackend, SandboxSpec
+from store.codec import encode_action_mask, encode_logprobs, encode_token_ids
+from store.models import EpisodeRow, EpisodeStatus, SubTrajectoryRow, ToolCallRow, utcnow
 
 log = logging.getLogger("rlguard.gateway.episodes")
 

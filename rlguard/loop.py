@@ -14,6 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlguard.local_gateway import local_gateway
+from rlguard.settings import get_settings
+from rlguard.tinymodel import resolve_model_name
+from rollout.agent import AgentConfig
+from rollout.policy_server import build_server
+from rollout.runner import RolloutContext, RolloutSpec, run_episodes
+from rollout.serving import serve_in_thread
 from trainer.runtime import init_runtime
 from trainer.settings import TrainerSettings
 from trainer.train import TrainingRun, resolve_model
@@ -39,15 +46,9 @@ def run_loop(
     on_round: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``config.iterations`` rounds; returns one summary per round."""
-    from rlguard.settings import get_settings
-    from rollout.agent import AgentConfig
-    from rollout.local_gateway import local_gateway
-    from rollout.policy_server import build_server
-    from rollout.runner import RolloutContext, RolloutSpec, run_episodes
-    from rollout.serving import serve_in_thread
 
     app_settings = get_settings()
-    model_path = resolve_model(config.model)
+    model_path = resolve_model(resolve_model_name(config.model))
     run = TrainingRun(
         config.run_dir,
         model_path,
@@ -74,6 +75,7 @@ def run_loop(
                     model=str(model_path),
                     policy_version=str(run.trainer.policy_version),
                     config=AgentConfig.from_settings(
+                        app_settings.rollout,
                         max_turns=config.max_turns, max_tokens_per_turn=config.max_tokens_per_turn
                     ),
                 )

@@ -15,7 +15,7 @@ Started by the host as ``python3 -I -S -B /tmp/grader/runner.py /tmp/grader/conf
 4. it prints one ``RLGUARD-GRADE <nonce> {json}`` line per test and, after killing the worker's
    process group, a final summary line, on its own stdout, which no other process can reach.
 
-The host (``rollout.grading``) accepts only lines with the nonce. Runs inside the sandbox image:
+The host (``tasks.grading.grade``) accepts only lines with the nonce. Runs inside the sandbox image:
 standard library + pytest only (pytest >= 7).
 """
 

@@ -15,14 +15,16 @@ from sqlalchemy import Engine, case, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
-from rlguard.store.codec import decode_action_mask, decode_logprobs, decode_token_ids
-from rlguard.store.engine import make_engine, make_session_factory
-from rlguard.store.models import EpisodeRow, EpisodeStatus, SubTrajectoryRow, TaskRow, ToolCallRow, utcnow
+from store.codec import decode_action_mask, decode_logprobs, decode_token_ids
+from store.engine import make_engine, make_session_factory
+from store.errors import StoreError
+from store.models import EpisodeRow, EpisodeStatus, SubTrajectoryRow, TaskRow, ToolCallRow, utcnow
+from store.training import TrainingQueries
 
 _CALL_COLUMNS = tuple(c.key for c in ToolCallRow.__table__.columns if c.key != "id")
 
 
-class DuplicateError(Exception):
+class DuplicateError(StoreError):
     """The row already exists (e.g. a sub-trajectory index uploaded twice)."""
 
 
@@ -67,7 +69,7 @@ class InterceptStats:
     by_policy_version: list[RateRow] = field(default_factory=list)
 
 
-class Store:
+class Store(TrainingQueries):
     """The trajectory store over one engine; thread-safe (one short session per method)."""
 
     def __init__(self, engine: Engine) -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rlguard.errors import RlguardError
-from rollout.tasks import Task, TaskRegistry, load_suite
 from sandbox.settings import SandboxLimits
+from tasks.errors import TaskError
+from tasks.spec import Task, TaskRegistry, load_suite
 
 
 def _write_task(root: Path, task_id: str = "demo", yaml_text: str = "instructions: fix it\n") -> Path:
@@ -71,7 +71,7 @@ def test_limit_overrides_apply(tmp_path):
 )
 def test_bad_task_yaml_names_file_and_field(tmp_path, yaml_text, field):
     task = _write_task(tmp_path / "s", yaml_text=yaml_text)
-    with pytest.raises(RlguardError) as err:
+    with pytest.raises(TaskError) as err:
         load_suite(tmp_path / "s")
     assert str(task / "task.yaml") in str(err.value)
     assert f"field '{field}'" in str(err.value)
@@ -79,7 +79,7 @@ def test_bad_task_yaml_names_file_and_field(tmp_path, yaml_text, field):
 
 def test_unparseable_yaml_is_a_clear_error(tmp_path):
     task = _write_task(tmp_path / "s", yaml_text="instructions: [unclosed\n")
-    with pytest.raises(RlguardError, match="not valid YAML") as err:
+    with pytest.raises(TaskError, match="not valid YAML") as err:
         load_suite(tmp_path / "s")
     assert str(task / "task.yaml") in str(err.value)
 
@@ -87,15 +87,15 @@ def test_unparseable_yaml_is_a_clear_error(tmp_path):
 def test_missing_hidden_tests_is_an_error(tmp_path):
     task = _write_task(tmp_path / "s")
     (task / "hidden" / "test_pkg.py").unlink()
-    with pytest.raises(RlguardError, match="hidden/"):
+    with pytest.raises(TaskError, match="hidden/"):
         load_suite(tmp_path / "s")
 
 
 def test_unknown_suite_and_task(tmp_path):
-    with pytest.raises(RlguardError, match="no task suite"):
+    with pytest.raises(TaskError, match="no task suite"):
         load_suite(tmp_path / "nope")
     registry = TaskRegistry([])
-    with pytest.raises(RlguardError, match="unknown task"):
+    with pytest.raises(TaskError, match="unknown task"):
         registry.get("builtin/nope")
 
 
@@ -148,7 +148,7 @@ def test_git_workspace_has_branch_with_fix(tmp_path):
     # Deterministic: the same commit ids on every build.
     rebuilt = tmp_path / "again"
     rebuilt.mkdir()
-    from rollout.tasks import _build_workspace_tar
+    from tasks.spec import _build_workspace_tar
 
     with tarfile.open(fileobj=io.BytesIO(_build_workspace_tar(task))) as tar:
         tar.extractall(rebuilt, filter="data")

@@ -15,7 +15,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
+from rlguard.local_gateway import local_gateway
 from rlguard.settings import Settings
+from rlguard.tinymodel import ensure_tiny_model
 from rollout.agent import AgentConfig, EpisodeResult
 from rollout.runner import EpisodeSpec, RichProgress, RolloutContext, RolloutSpec, run_episodes
 
@@ -59,13 +64,13 @@ async def _intercepts_of(ctx: RolloutContext, episode_ids: set[str]) -> Counter:
 
 def run_demo_rollouts(settings: Settings, concurrency: int = 8, tasks: list[str] | None = None) -> DemoReport:
     """Start a gateway, run the demo episodes with the scripted policy, collect the report."""
-    from rollout.local_gateway import local_gateway
 
     started = time.monotonic()
     with local_gateway(settings) as gateway:
         spec = RolloutSpec(
             gateway_url=gateway.url,
             admin_token=gateway.admin_token,
+            model=str(ensure_tiny_model()),
             policy="scripted",
             policy_version="0",
             config=DEMO_CONFIG,
@@ -92,8 +97,6 @@ def run_demo_rollouts(settings: Settings, concurrency: int = 8, tasks: list[str]
 def print_demo_report(report: DemoReport) -> dict[str, Any]:
     """Tables: per behaviour (episodes, reward, intercepts, sub-trajectories), intercepts by category
     and stage. Returns the totals."""
-    from rich.console import Console
-    from rich.table import Table
 
     console = Console()
     by_behaviour: dict[str, list[EpisodeResult]] = {}

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from rlguard.gateway.app import create_app
+from rlguard.gateway.auth import ensure_admin_token
 from rlguard.settings import Settings
 from rollout.serving import serve_in_thread
 
@@ -25,8 +27,6 @@ class LocalGateway:
 @contextlib.contextmanager
 def local_gateway(settings: Settings, **app_kwargs: Any) -> Iterator[LocalGateway]:
     """Serve a gateway for ``settings`` until the block ends; yields its URL and admin token."""
-    from rlguard.gateway.app import create_app
-    from rlguard.gateway.auth import ensure_admin_token
 
     token = ensure_admin_token(settings)
     app = create_app(settings, **app_kwargs)

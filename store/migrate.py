@@ -14,7 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 import migrations
-from rlguard.store.engine import make_engine, normalize_url
+from store.engine import make_engine, normalize_url
 
 
 def alembic_config(url: str) -> Config:

@@ -1,7 +1,7 @@
 """``rlguard bench learn``: PPO with a learned critic vs GRPO on long and short synthetic horizons.
 
 Why: the trainer exists because critic-free methods are expected to fall behind on long, compacted
-agent episodes (see ``trainer.synthetic_env``) and to tie on short ones. This benchmark trains the
+agent episodes (see ``trainer.bench.synthetic_env``) and to tie on short ones. This benchmark trains the
 same tiny policy from scratch with both, on the same environment, the same budget of environment
 tokens and the same hyper-parameters wherever the two algorithms share one, over several seeds, and
 reports the final success of each. It uses the trainer's own advantage estimators and losses
@@ -24,8 +24,17 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from rlguard.errors import RlguardError
 from trainer.advantages import AdvantageBatch, AdvantageConfig, get_advantage_estimator, place_episode_rewards
+from trainer.bench.synthetic_env import (
+    BOS,
+    HORIZONS,
+    EnvConfig,
+    Rollout,
+    legal_action_mask,
+    rollout,
+    sample_tasks,
+)
+from trainer.errors import TrainerError
 from trainer.losses import (
     compute_entropy_bonus,
     compute_policy_loss,
@@ -33,7 +42,6 @@ from trainer.losses import (
     explained_variance,
 )
 from trainer.masked import masked_mean, masked_whiten
-from trainer.synthetic_env import BOS, HORIZONS, EnvConfig, Rollout, legal_action_mask, rollout, sample_tasks
 
 ALGORITHMS = {"ppo": "gae", "grpo": "grpo"}
 DEFAULT_SEEDS = 3
@@ -284,11 +292,11 @@ def run_learn_bench(
     from trainer.plot import plot_run
 
     if seeds < 1:
-        raise RlguardError(f"--seeds must be at least 1, got {seeds}")
+        raise TrainerError(f"--seeds must be at least 1, got {seeds}")
     if budget_tokens is not None and budget_tokens < 1:
-        raise RlguardError(f"the token budget must be positive, got {budget_tokens}")
+        raise TrainerError(f"the token budget must be positive, got {budget_tokens}")
     if workers < 1:
-        raise RlguardError(f"workers must be at least 1, got {workers}")
+        raise TrainerError(f"workers must be at least 1, got {workers}")
     hp = hp or HyperParams()
     long_budget = budget_tokens or DEFAULT_LONG_BUDGET
     budgets = {"long": long_budget, "short": max(1, math.ceil(long_budget * SHORT_BUDGET_FRACTION))}

@@ -25,7 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from rlguard.store.types import UTCDateTime
+from store.types import UTCDateTime
 
 
 def utcnow() -> datetime:

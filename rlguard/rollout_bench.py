@@ -15,12 +15,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rlguard.local_gateway import local_gateway
+from rlguard.settings import Settings
+from rlguard.tinymodel import ensure_tiny_model
+from rollout.agent import AgentConfig
+from rollout.runner import RolloutContext, RolloutSpec, run_episodes
+
 
 def run_bench(episodes: int = 32, concurrency: int = 16) -> dict[str, Any]:
-    from rlguard.settings import Settings
-    from rollout.agent import AgentConfig
-    from rollout.local_gateway import local_gateway
-    from rollout.runner import RolloutContext, RolloutSpec, run_episodes
 
     with tempfile.TemporaryDirectory(prefix="rlguard-bench-rollout-") as tmp:
         settings = Settings(state_dir=Path(tmp), database_url=f"sqlite:///{tmp}/bench.db")
@@ -29,6 +31,7 @@ def run_bench(episodes: int = 32, concurrency: int = 16) -> dict[str, Any]:
             spec = RolloutSpec(
                 gateway_url=gateway.url,
                 admin_token=gateway.admin_token,
+                model=str(ensure_tiny_model()),
                 policy="scripted",
                 config=AgentConfig(max_turns=20, context_budget_tokens=8192),
             )

@@ -22,8 +22,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from rlguard.errors import RlguardError
 from sandbox.settings import SandboxLimits
+from tasks.errors import TaskError
 
 BUILTIN_SUITES_DIR = Path(__file__).resolve().parent / "suites"
 TASK_FILE = "task.yaml"
@@ -47,7 +47,7 @@ class _Strict(BaseModel):
 
 
 class GradingSpec(_Strict):
-    """How the hidden tests decide the reward (see ``rollout.grading``)."""
+    """How the hidden tests decide the reward (see ``tasks.grading.grade``)."""
 
     command: list[str] = Field(
         default_factory=lambda: ["pytest", "/grader"],
@@ -153,29 +153,23 @@ class Task(TaskFile):
         """The reference solution: files that replace workspace files (never copied into a sandbox)."""
         return self.root / "solution"
 
-    def resolved_image(self) -> str:
-        """The image to run: the task's own, else the configured sandbox image, else the default."""
+    def resolved_image(self, configured: str = "") -> str:
+        """The image to run: the task's own, else ``configured`` (the settings'), else the default."""
         if self.image:
             return self.image
-        from rlguard.settings import get_settings
-
-        configured = get_settings().sandbox.image
         if configured:
             return configured
-        from sandbox.image import default_image
+        from sandbox.image import default_image  # docker SDK import, only when no image is named
 
         return default_image()
 
     def sandbox_limits(self, base: SandboxLimits | None = None) -> SandboxLimits:
-        """``base`` (default: the settings' limits) with this task's overrides applied."""
-        if base is None:
-            from rlguard.settings import get_settings
-
-            base = get_settings().sandbox.limits
+        """``base`` (the settings' limits; default: the built-in ones) with this task's overrides applied."""
+        base = base or SandboxLimits()
         try:
             return SandboxLimits.model_validate({**base.model_dump(), **self.limits})
         except ValidationError as exc:
-            raise RlguardError(_format_validation_error(self.root / TASK_FILE, exc)) from None
+            raise TaskError(_format_validation_error(self.root / TASK_FILE, exc)) from None
 
     def solution_files(self) -> dict[str, str]:
         """Reference solution as ``{workspace-relative path: full new content}``."""
@@ -231,7 +225,7 @@ def _build_workspace_tar(task: Task) -> bytes:
             _build_git_repo(task, work)
         data = tar_directory(work)
     if len(data) > MAX_WORKSPACE_TAR_BYTES:
-        raise RlguardError(f"{task.id}: workspace archive is {len(data)} bytes, over the 16 MiB cap")
+        raise TaskError(f"{task.id}: workspace archive is {len(data)} bytes, over the 16 MiB cap")
     return data
 
 
@@ -239,7 +233,7 @@ def _git(work: Path, *args: str) -> None:
     env = {**_GIT_ENV, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work)}
     result = subprocess.run(["git", *args], cwd=work, env=env, capture_output=True, text=True, timeout=60)
     if result.returncode != 0:
-        raise RlguardError(f"git {' '.join(args)} failed in {work}: {result.stderr.strip()}")
+        raise TaskError(f"git {' '.join(args)} failed in {work}: {result.stderr.strip()}")
 
 
 def _build_git_repo(task: Task, work: Path) -> None:
@@ -292,28 +286,28 @@ def _load_task_dir(root: Path, suite: str) -> Task:
     file = root / TASK_FILE
     task_id = root.name
     if not _ID_RE.match(task_id):
-        raise RlguardError(f"{root}: task directory name must match {_ID_RE.pattern}")
+        raise TaskError(f"{root}: task directory name must match {_ID_RE.pattern}")
     try:
         raw = yaml.safe_load(file.read_text())
     except OSError as exc:
-        raise RlguardError(f"{file}: cannot read: {exc.strerror}") from exc
+        raise TaskError(f"{file}: cannot read: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
-        raise RlguardError(f"{file}: not valid YAML: {exc}") from exc
+        raise TaskError(f"{file}: not valid YAML: {exc}") from exc
     if not isinstance(raw, dict):
-        raise RlguardError(f"{file}: must be a mapping of fields, got {type(raw).__name__}")
+        raise TaskError(f"{file}: must be a mapping of fields, got {type(raw).__name__}")
     try:
         spec = TaskFile.model_validate(raw)
     except ValidationError as exc:
-        raise RlguardError(_format_validation_error(file, exc)) from None
+        raise TaskError(_format_validation_error(file, exc)) from None
     task = Task(**spec.model_dump(), id=f"{suite}/{task_id}", suite=suite, task_id=task_id, root=root)
     if not task.workspace_dir.is_dir():
-        raise RlguardError(f"{root}: missing workspace/ directory")
+        raise TaskError(f"{root}: missing workspace/ directory")
     if not task.hidden_dir.is_dir() or not any(task.hidden_dir.rglob("test_*.py")):
-        raise RlguardError(f"{root}: hidden/ must hold at least one test_*.py file")
+        raise TaskError(f"{root}: hidden/ must hold at least one test_*.py file")
     if task.git:
         for branch, rel in task.git.branches.items():
             if not (root / rel).is_dir():
-                raise RlguardError(f"{file}: field 'git.branches.{branch}': no directory {rel!r}")
+                raise TaskError(f"{file}: field 'git.branches.{branch}': no directory {rel!r}")
     return task
 
 
@@ -328,7 +322,7 @@ def suite_dir(name_or_dir: str | Path) -> Path:
     path = Path(name_or_dir)
     if not path.is_dir():
         builtin = sorted(p.name for p in BUILTIN_SUITES_DIR.iterdir() if p.is_dir())
-        raise RlguardError(
+        raise TaskError(
             f"no task suite {str(name_or_dir)!r}: not a directory nor a built-in suite {builtin}"
         )
     return path.resolve()
@@ -339,12 +333,12 @@ def load_suite(name_or_dir: str | Path) -> list[Task]:
     directory = suite_dir(name_or_dir)
     suite = directory.name
     if not _ID_RE.match(suite):
-        raise RlguardError(f"{directory}: suite directory name must match {_ID_RE.pattern}")
+        raise TaskError(f"{directory}: suite directory name must match {_ID_RE.pattern}")
     tasks = [
         _load_task_dir(child, suite) for child in sorted(directory.iterdir()) if (child / TASK_FILE).is_file()
     ]
     if not tasks:
-        raise RlguardError(f"{directory}: no task directories (each needs a {TASK_FILE})")
+        raise TaskError(f"{directory}: no task directories (each needs a {TASK_FILE})")
     return tasks
 
 
@@ -360,7 +354,7 @@ class TaskRegistry:
         tasks = load_suite(name_or_dir)
         for task in tasks:
             if task.id in self._tasks and self._tasks[task.id].root != task.root:
-                raise RlguardError(
+                raise TaskError(
                     f"task id {task.id!r} is defined twice: {self._tasks[task.id].root}, {task.root}"
                 )
             self._tasks[task.id] = task
@@ -371,7 +365,7 @@ class TaskRegistry:
             return self._tasks[task_id]
         except KeyError:
             known = ", ".join(sorted(self._tasks)[:20])
-            raise RlguardError(f"unknown task {task_id!r}; known: {known}") from None
+            raise TaskError(f"unknown task {task_id!r}; known: {known}") from None
 
     def list(self) -> list[Task]:
         return [self._tasks[key] for key in sorted(self._tasks)]

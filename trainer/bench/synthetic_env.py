@@ -167,7 +167,7 @@ class StepPolicy(Protocol):
     """What :func:`rollout` needs from a policy: a recurrent step over one token per episode.
 
     ``initial(batch)`` gives an empty state; ``step(tokens, state)`` consumes one token per row and
-    returns ``(next_token_logits [B, V], state)``. :class:`trainer.learn_bench.GRUPolicy` implements it.
+    returns ``(next_token_logits [B, V], state)``. :class:`trainer.bench.learn_bench.GRUPolicy` implements it.
     """
 
     def initial(self, batch: int) -> torch.Tensor: ...

@@ -19,12 +19,12 @@ from collections.abc import AsyncIterator
 import docker
 import pytest
 
-from rollout.grading import GradeResult, expected_test_ids, grade
-from rollout.tasks import Task, load_suite
 from sandbox.base import SandboxSpec
 from sandbox.docker_backend import DockerBackend
 from sandbox.image import ensure_image
 from sandbox.settings import SandboxSettings
+from tasks.grading.grade import GradeResult, expected_test_ids, grade
+from tasks.spec import Task, load_suite
 
 pytestmark = pytest.mark.docker
 

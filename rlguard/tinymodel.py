@@ -9,11 +9,15 @@ The build is deterministic and cached: one directory per ``TINY_MODEL_VERSION``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
+
+from rlguard.gateway.tools import openai_tools
+from rlguard.settings import get_settings
 
 TINY_MODEL_VERSION = "tiny-qwen2-v2"
 SEED = 1234
@@ -260,141 +264,10 @@ def _generated_corpus() -> str:
     return "\n".join(words)
 
 
-# The tool schemas (OpenAI function-calling format, as the gateway served them when this tokenizer
-# version was made) and the system prompt's tools header: every prompt starts with them, so merging
-# them into tokens shortens every sequence the trainer sees. Changing them needs a version bump.
-_TOOL_SCHEMAS: list[dict] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "bash",
-            "description": "Run a bash command in /workspace and return its combined stdout and stderr.",
-            "parameters": {
-                "additionalProperties": False,
-                "properties": {
-                    "command": {
-                        "description": "Bash command to run",
-                        "maxLength": 65536,
-                        "minLength": 1,
-                        "type": "string",
-                    },
-                    "timeout": {
-                        "description": "Seconds before the command is killed (default 60)",
-                        "exclusiveMinimum": 0,
-                        "maximum": 600.0,
-                        "type": "number",
-                    },
-                },
-                "required": ["command"],
-                "type": "object",
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "read_file",
-            "description": "Read a text file.",
-            "parameters": {
-                "additionalProperties": False,
-                "properties": {
-                    "path": {
-                        "description": "Path, relative to /workspace",
-                        "maxLength": 4096,
-                        "minLength": 1,
-                        "type": "string",
-                    }
-                },
-                "required": ["path"],
-                "type": "object",
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "write_file",
-            "description": "Create or overwrite a file with the given content.",
-            "parameters": {
-                "additionalProperties": False,
-                "properties": {
-                    "path": {
-                        "description": "Path, relative to /workspace",
-                        "maxLength": 4096,
-                        "minLength": 1,
-                        "type": "string",
-                    },
-                    "content": {
-                        "description": "The whole new content of the file",
-                        "maxLength": 786432,
-                        "type": "string",
-                    },
-                },
-                "required": ["path", "content"],
-                "type": "object",
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "edit_file",
-            "description": "Replace one exact occurrence of old_str with new_str in a file.",
-            "parameters": {
-                "additionalProperties": False,
-                "properties": {
-                    "path": {
-                        "description": "Path, relative to /workspace",
-                        "maxLength": 4096,
-                        "minLength": 1,
-                        "type": "string",
-                    },
-                    "old_str": {
-                        "description": "Exact text to replace; must occur once",
-                        "maxLength": 786432,
-                        "minLength": 1,
-                        "type": "string",
-                    },
-                    "new_str": {"description": "Replacement text", "maxLength": 786432, "type": "string"},
-                },
-                "required": ["path", "old_str", "new_str"],
-                "type": "object",
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "list_dir",
-            "description": "List the entries of a directory.",
-            "parameters": {
-                "additionalProperties": False,
-                "properties": {
-                    "path": {
-                        "default": ".",
-                        "description": "Directory, relative to /workspace",
-                        "maxLength": 4096,
-                        "minLength": 1,
-                        "type": "string",
-                    }
-                },
-                "type": "object",
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "submit",
-            "description": "Submit the work in /workspace for grading; call it once when done.",
-            "parameters": {"additionalProperties": False, "properties": {}, "type": "object"},
-        },
-    },
-]
-
-
 def _tools_corpus() -> str:
-    schemas = "\n".join(json.dumps(tool) for tool in _TOOL_SCHEMAS)
+    """The system prompt's tools header: every prompt starts with it, so the tokenizer merges it into
+    few tokens, which shortens every sequence the trainer sees."""
+    schemas = "\n".join(json.dumps(tool) for tool in openai_tools())
     return (
         "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
         "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
@@ -405,11 +278,22 @@ def _tools_corpus() -> str:
     )
 
 
-def default_tiny_model_dir() -> Path:
-    """Where the tiny model is cached: ``<state_dir>/models/<version>``."""
-    from rlguard.settings import get_settings
+def _tools_hash() -> str:
+    return hashlib.sha256(json.dumps(openai_tools(), sort_keys=True).encode()).hexdigest()[:8]
 
-    return get_settings().state_dir / "models" / TINY_MODEL_VERSION
+
+def default_tiny_model_dir() -> Path:
+    """Where the tiny model is cached: ``<state_dir>/models/<version>-<tools hash>``.
+
+    The tokenizer is trained on the tool schemas the gateway serves, so a change of tools builds a new
+    model instead of reusing one whose tokenizer was made for other schemas.
+    """
+    return get_settings().state_dir / "models" / f"{TINY_MODEL_VERSION}-{_tools_hash()}"
+
+
+def resolve_model_name(model: str | Path) -> Path:
+    """``tiny`` -> the locally built tiny model (built on first use); anything else is a HF directory."""
+    return ensure_tiny_model() if str(model) == "tiny" else Path(model)
 
 
 def ensure_tiny_model(path: Path | None = None) -> Path:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rlguard.errors import RlguardError
-from rollout.grading import expected_test_ids, grading_workspace_tar, parse_runner_output, score
-from rollout.tasks import load_suite
+from tasks.errors import TaskError
+from tasks.grading.grade import expected_test_ids, grading_workspace_tar, parse_runner_output, score
+from tasks.spec import load_suite
 
 TASK = next(task for task in load_suite("builtin") if task.task_id == "stats-median")
 IDS = expected_test_ids(TASK.hidden_dir)
@@ -61,7 +61,7 @@ def test_parametrized_hidden_tests_are_refused(tmp_path: Path):
     (tmp_path / "test_p.py").write_text(
         "import pytest\n@pytest.mark.parametrize('x', [1, 2])\ndef test_p(x): pass\n"
     )
-    with pytest.raises(RlguardError, match="parametrized"):
+    with pytest.raises(TaskError, match="parametrized"):
         expected_test_ids(tmp_path)
 
 
@@ -171,5 +171,5 @@ def test_grading_workspace_restores_tests_and_drops_escapes():
 
 
 def test_grading_workspace_rejects_garbage():
-    with pytest.raises(RlguardError, match="not a tar archive"):
+    with pytest.raises(TaskError, match="not a tar archive"):
         grading_workspace_tar(TASK, b"nope")

@@ -7,9 +7,9 @@ Why each step exists:
   test files come back from the pristine task copy before anything runs;
 * **hidden tests only now**: they enter a container for the first time, after the agent is done;
 * **workspace code never runs in the process that decides outcomes**: the trusted runner
-  (``rollout/grading_runner.py``, non-dumpable, isolated interpreter, the grader's own ini, no
+  (``tasks/grading/inside/runner.py``, non-dumpable, isolated interpreter, the grader's own ini, no
   conftest, no plugin autoload) runs pytest; workspace modules are proxies to an untrusted worker
-  process that only returns plain data or handles (``grading_remote``, ``grading_worker``);
+  process that only returns plain data or handles (``inside/remote.py``, ``inside/worker.py``);
 * **only nonce-tagged lines count**: the runner prints one line per test and a summary on its own
   stdout, which the worker cannot reach; the host demands exactly the hidden tests it counted from
   the pristine files (AST): missing ones fail, unknown, duplicate or malformed lines score zero;
@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from rlguard.errors import RlguardError
-from rollout.tasks import Task
 from sandbox.base import SandboxBackend, SandboxError, SandboxSpec
 from sandbox.settings import SandboxLimits
+from tasks.errors import TaskError
+from tasks.spec import Task
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,16 @@ _HOST_TIMEOUT_MARGIN_S = 20.0
 MAX_CALL_TIMEOUT_S = 30.0
 OUTCOMES = ("passed", "failed", "error", "skipped")
 MESSAGE_CHARS = 500
-_HERE = Path(__file__).resolve().parent
+_INSIDE = Path(__file__).resolve().parent / "inside"
+# What runs in the grading container: its path under GRADER_ROOT -> its source in ``inside/``. The
+# files import each other by these module names (``grading_wire``, ``grading_remote``, ...).
+INSIDE_FILES: dict[str, Path] = {
+    "runner.py": _INSIDE / "runner.py",
+    "lib/rlguard_checks.py": _INSIDE / "checks.py",
+    "lib/grading_remote.py": _INSIDE / "remote.py",
+    "lib/grading_wire.py": _INSIDE / "wire.py",
+    "lib/grading_worker.py": _INSIDE / "worker.py",
+}
 _GRADER_INI = """\
 [pytest]
 addopts =
@@ -91,27 +100,27 @@ def expected_test_ids(hidden_dir: Path) -> list[str]:
         try:
             module = ast.parse(path.read_text(), filename=str(path))
         except SyntaxError as exc:
-            raise RlguardError(f"{path}: hidden test file does not parse: {exc}") from exc
+            raise TaskError(f"{path}: hidden test file does not parse: {exc}") from exc
         names: dict[str, None] = {}
         for node in module.body:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
                 if _parametrized(node):
-                    raise RlguardError(f"{path}: {node.name}: parametrized hidden tests are not supported")
+                    raise TaskError(f"{path}: {node.name}: parametrized hidden tests are not supported")
                 names[f"{rel}::{node.name}"] = None
             elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
                 if _parametrized(node):
-                    raise RlguardError(f"{path}: {node.name}: parametrized hidden tests are not supported")
+                    raise TaskError(f"{path}: {node.name}: parametrized hidden tests are not supported")
                 for item in node.body:
                     is_function = isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
                     if is_function and item.name.startswith("test"):
                         if _parametrized(item):
-                            raise RlguardError(
+                            raise TaskError(
                                 f"{path}: {item.name}: parametrized hidden tests are not supported"
                             )
                         names[f"{rel}::{node.name}::{item.name}"] = None
         ids.extend(names)
     if not ids:
-        raise RlguardError(f"{hidden_dir}: no hidden tests found")
+        raise TaskError(f"{hidden_dir}: no hidden tests found")
     return ids
 
 
@@ -138,7 +147,7 @@ def grading_workspace_tar(task: Task, final_workspace_tar: bytes) -> bytes:
         try:
             src = tarfile.open(fileobj=io.BytesIO(final_workspace_tar))  # noqa: SIM115 (closed below)
         except tarfile.TarError as exc:
-            raise RlguardError(f"final workspace is not a tar archive: {exc}") from exc
+            raise TaskError(f"final workspace is not a tar archive: {exc}") from exc
         with src:
             for member in src:
                 name = _clean_name(member.name)
@@ -148,7 +157,7 @@ def grading_workspace_tar(task: Task, final_workspace_tar: bytes) -> bytes:
                     continue  # devices, fifos and hard links have no business in a graded workspace
                 total += member.size
                 if total > MAX_GRADING_WORKSPACE_BYTES:
-                    raise RlguardError(f"final workspace is over {MAX_GRADING_WORKSPACE_BYTES} bytes")
+                    raise TaskError(f"final workspace is over {MAX_GRADING_WORKSPACE_BYTES} bytes")
                 member.name = name
                 dst.addfile(member, src.extractfile(member) if member.isfile() else None)
         with tarfile.open(fileobj=io.BytesIO(task.workspace_tar())) as pristine:
@@ -175,15 +184,9 @@ def grader_bundle(task: Task, nonce: str) -> bytes:
         "timeout_s": task.grading.timeout_s,
         "call_timeout_s": min(MAX_CALL_TIMEOUT_S, task.grading.timeout_s),
     }
-    files: dict[str, bytes] = {
-        "runner.py": (_HERE / "grading_runner.py").read_bytes(),
-        "pytest.ini": _GRADER_INI.encode(),
-        "lib/rlguard_checks.py": (_HERE / "grading_checks.py").read_bytes(),
-        "lib/grading_remote.py": (_HERE / "grading_remote.py").read_bytes(),
-        "lib/grading_wire.py": (_HERE / "grading_wire.py").read_bytes(),
-        "lib/grading_worker.py": (_HERE / "grading_worker.py").read_bytes(),
-        "config.json": json.dumps(config).encode(),
-    }
+    files: dict[str, bytes] = {name: source.read_bytes() for name, source in INSIDE_FILES.items()}
+    files["pytest.ini"] = _GRADER_INI.encode()
+    files["config.json"] = json.dumps(config).encode()
     for path in sorted(task.hidden_dir.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts:
             files[f"tests/{path.relative_to(task.hidden_dir).as_posix()}"] = path.read_bytes()
@@ -282,11 +285,17 @@ def score(task: Task, expected: list[str], report: RunnerReport, output: str = "
 
 # ------------------------------------------------------------------------------------- grading
 async def grade(
-    backend: SandboxBackend, task: Task, workspace_tar: bytes, *, limits: SandboxLimits | None = None
+    backend: SandboxBackend,
+    task: Task,
+    workspace_tar: bytes,
+    *,
+    image: str = "",
+    limits: SandboxLimits | None = None,
 ) -> GradeResult:
     """Grade ``workspace_tar`` (the agent's final /workspace) with ``task``'s hidden tests.
 
-    ``limits`` are the base sandbox limits the task's overrides apply to (default: the settings').
+    ``image`` and ``limits`` are the configured sandbox image and base limits (the task's own image
+    and overrides win; default: the built-in ones).
 
     Never raises for anything the agent controls: a broken workspace, a crash, a hang or tampering
     all come back as a low reward with the reason in ``details``. Infrastructure failures (no engine,
@@ -296,12 +305,15 @@ async def grade(
     expected = expected_test_ids(task.hidden_dir)
     try:
         graded_tar = grading_workspace_tar(task, workspace_tar)
-    except RlguardError as exc:
+    except TaskError as exc:
         return _zero(task, len(expected), "bad workspace archive", error=str(exc))
     nonce = secrets.token_hex(16)
     bundle = grader_bundle(task, nonce)
     spec = SandboxSpec(
-        image=task.resolved_image(), limits=task.sandbox_limits(limits), episode_id=None, workspace=graded_tar
+        image=task.resolved_image(image),
+        limits=task.sandbox_limits(limits),
+        episode_id=None,
+        workspace=graded_tar,
     )
     timings: dict[str, float] = {}
     sandbox = await backend.create(spec)

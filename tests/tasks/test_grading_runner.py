@@ -1,6 +1,6 @@
 """The trusted runner and its remote-import proxies, run as real processes (no container needed).
 
-A synthetic workspace and hidden test file go through ``rollout/grading_runner.py`` exactly as in
+A synthetic workspace and hidden test file go through ``tasks/grading/inside/runner.py`` exactly as in
 the grading sandbox (``python3 -I -S -B``, the same bundle layout); the hidden tests assert what
 the trusted side must see of workspace code: plain data, identity-compared handles, mapped
 exceptions, callbacks, crashes and hangs confined to one test, and no way into the runner.
@@ -16,11 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from rollout import grading
-from rollout import grading_wire as wire
+from tasks.grading import grade as grading
+from tasks.grading.inside import wire
 
 NONCE = "feedfacefeedfacefeedfacefeedface"
-ROLLOUT = Path(grading.__file__).resolve().parent
 
 WORKSPACE = {
     "shop/__init__.py": """
@@ -174,10 +173,8 @@ def run_runner(tmp_path: Path, timeout_s: float = 60, call_timeout_s: float = 2)
     root, workspace = tmp_path / "grader", tmp_path / "workspace"
     (root / "lib").mkdir(parents=True)
     (root / "tests").mkdir()
-    shutil.copy(ROLLOUT / "grading_runner.py", root / "runner.py")
-    for name in ("grading_remote", "grading_wire", "grading_worker"):
-        shutil.copy(ROLLOUT / f"{name}.py", root / "lib" / f"{name}.py")
-    shutil.copy(ROLLOUT / "grading_checks.py", root / "lib" / "rlguard_checks.py")
+    for name, source in grading.INSIDE_FILES.items():
+        shutil.copy(source, root / name)
     (root / "pytest.ini").write_text(grading._GRADER_INI)
     (root / "tests" / "test_shop.py").write_text(textwrap.dedent(HIDDEN))
     for name, text in WORKSPACE.items():

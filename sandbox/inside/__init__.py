@@ -1,0 +1,1 @@
+"""Code that runs inside sandbox containers (shipped there as text), not on the host."""

@@ -1,0 +1,1 @@
+"""The trainer's benchmarks and the synthetic environment they learn in."""
