@@ -54,11 +54,13 @@ def _episodes_step(concurrency: int) -> dict:
 
 def _training_step(max_episodes: int) -> dict | None:
     from rlguard.settings import get_settings
+    from rlguard.tinymodel import ensure_tiny_model
     from trainer.train import run_ppo_update
 
     settings = get_settings()
     out_dir = settings.state_dir / "runs" / time.strftime("demo-%Y%m%d-%H%M%S")
-    return run_ppo_update(settings.resolved_database_url, "tiny", out_dir, max_episodes=max_episodes)
+    model = ensure_tiny_model()
+    return run_ppo_update(settings.resolved_database_url, model, out_dir, max_episodes=max_episodes)
 
 
 def _redacted(url: str) -> str:

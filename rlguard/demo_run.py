@@ -64,7 +64,6 @@ async def _intercepts_of(ctx: RolloutContext, episode_ids: set[str]) -> Counter:
 
 def run_demo_rollouts(settings: Settings, concurrency: int = 8, tasks: list[str] | None = None) -> DemoReport:
     """Start a gateway, run the demo episodes with the scripted policy, collect the report."""
-
     started = time.monotonic()
     with local_gateway(settings) as gateway:
         spec = RolloutSpec(
