@@ -122,6 +122,10 @@ class GatewayClient:
     async def tools(self) -> list[dict[str, Any]]:
         return self._ok(await self._request("GET", "/v1/tools", headers=self._admin), "list tools")
 
+    async def tasks(self) -> list[dict[str, Any]]:
+        """The tasks the gateway serves (``GET /v1/tasks``: id, suite, instructions, image, details)."""
+        return self._ok(await self._request("GET", "/v1/tasks", headers=self._admin), "list tasks")
+
     async def create_episode(self, task: str, policy_version: str | None = None) -> EpisodeHandle:
         payload: dict[str, Any] = {"task": task}
         if policy_version is not None:
