@@ -11,12 +11,12 @@ import pytest
 
 os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
 
-from minisweagent.agents import get_agent  # noqa: E402
-from minisweagent.config import get_config_from_spec  # noqa: E402
-from minisweagent.environments import get_environment  # noqa: E402
-from minisweagent.models.test_models import DeterministicModel, make_output  # noqa: E402
+from minisweagent.agents import get_agent
+from minisweagent.config import get_config_from_spec
+from minisweagent.environments import get_environment
+from minisweagent.models.test_models import DeterministicModel, make_output
 
-from tests.integrations.conftest import TASK_REF, Gateway, solution_files  # noqa: E402
+from tests.integrations.conftest import TASK_REF, Gateway, solution_files
 
 pytestmark = pytest.mark.docker
 
@@ -68,7 +68,7 @@ def test_agent_loop_runs_through_a_guarded_episode(gateway: Gateway, policy_vers
     assert seen[1]["content"].replace("tests/no_such_reference.py", "P") == seen[2]["content"].replace(
         "/reference/solution.py", "P"
     )
-    assert '"returncode": 1' in seen[2]["content"]
+    assert "<returncode>1</returncode>" in seen[2]["content"]
     assert "passed" in observations[-1]
 
     [episode] = gateway.episodes_of(policy_version)
