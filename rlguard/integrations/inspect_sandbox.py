@@ -25,7 +25,7 @@ from typing import Any, Literal, overload
 
 import anyio
 from inspect_ai.dataset import Sample
-from inspect_ai.scorer import Score, Target, mean, scorer
+from inspect_ai.scorer import Score, Scorer, Target, mean, scorer
 from inspect_ai.solver import TaskState
 from inspect_ai.util import (
     ExecResult,
@@ -143,7 +143,8 @@ class RlguardSandboxEnvironment(SandboxEnvironment):
         task = settings.task or metadata.get(TASK_METADATA_KEY)
         if not task:
             raise RlguardError(
-                f"no rlguard task: set RlguardSandboxConfig(task=...) or the sample's metadata[{TASK_METADATA_KEY!r}]"
+                "no rlguard task: set RlguardSandboxConfig(task=...) "
+                f"or the sample's metadata[{TASK_METADATA_KEY!r}]"
             )
         episode = Episode(await _gateways.client(settings), task, settings.policy_version)
         await episode.start()
@@ -261,7 +262,7 @@ def rlguard_dataset(suite: str = "builtin", tasks: list[str] | None = None) -> l
 
 
 @scorer(metrics=[mean()])
-def rlguard_scorer():  # noqa: ANN201 - Inspect's scorer decorator wraps the returned coroutine
+def rlguard_scorer() -> Scorer:
     """Submit the sample's episode and score it with the task's hidden tests (the gateway's reward)."""
 
     async def score(state: TaskState, target: Target) -> Score:
