@@ -207,7 +207,8 @@ def http_app(
         )
 
     server.add_request_handler("server/discover", types.RequestParams, discover)
-    app = server.streamable_http_app(host=host, session_idle_timeout=idle_timeout_s)
+    # JSON answers, not an SSE stream per POST: the server sends nothing while a call runs
+    app = server.streamable_http_app(host=host, session_idle_timeout=idle_timeout_s, json_response=True)
     inner_lifespan = app.router.lifespan_context
 
     @contextlib.asynccontextmanager
@@ -255,4 +256,4 @@ def run(
         config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=10)
         await uvicorn.Server(config).serve()
 
-    anyio.run(main)
+    anyio.run(main, backend_options={"use_uvloop": True})
