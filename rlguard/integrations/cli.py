@@ -22,7 +22,10 @@ def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="Listen address (http)"),
     port: int = typer.Option(8766, "--port", min=1, max=65535, help="Listen port (http)"),
     gateway: str | None = typer.Option(
-        None, "--gateway", help="URL of a running gateway; default: one served in this process"
+        None,
+        "--gateway",
+        envvar="RLGUARD_GATEWAY_URL",
+        help="URL of a running gateway; default: one served in this process",
     ),
     policy_version: str | None = typer.Option(None, "--policy-version", help="Recorded on each episode"),
     idle_timeout: float = typer.Option(
