@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from rlguard.errors import RlguardError
 
@@ -61,20 +59,11 @@ def serve(
 def bench_mcp(
     as_json: bool = typer.Option(False, "--json", help="Print JSON"),
     calls: int = typer.Option(200, min=20, help="Sequential calls per path for the percentiles"),
-) -> None:
+) -> dict[str, Any]:
     """A tool call through the MCP server (stdio and http) beside the same call through the HTTP API."""
     from rlguard.integrations.bench import run_bench
 
-    result = run_bench(calls=calls)
-    if as_json:
-        typer.echo(json.dumps(result))
-        return
-    table = Table(title="MCP adapter benchmark")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key, value in result.items():
-        table.add_row(key, f"{value:.3f}" if isinstance(value, float) else str(value))
-    Console().print(table)
+    return run_bench(calls=calls)
 
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:

@@ -67,7 +67,7 @@ def gateway_target(
     The admin token is the given one, else the one the settings name (``RLGUARD_ADMIN_TOKEN`` or
     ``state_dir/admin_token``). ``suites`` are added to an in-process gateway's task suites.
     """
-    from rollout.local_gateway import admin_token_from_settings, local_gateway
+    from rlguard.local_gateway import admin_token_from_settings, local_gateway
 
     if url is not None:
         token = admin_token or admin_token_from_settings(settings)

@@ -253,7 +253,7 @@ class RlguardSandboxEnvironment(SandboxEnvironment):
 
 def rlguard_dataset(suite: str = "builtin", tasks: list[str] | None = None) -> list[Sample]:
     """One Inspect sample per task of ``suite``: the instructions as input, the task in metadata."""
-    from rollout.tasks import load_suite
+    from tasks.spec import load_suite
 
     loaded = [t for t in load_suite(suite) if tasks is None or t.task_id in tasks]
     if tasks is not None and len(loaded) != len(tasks):

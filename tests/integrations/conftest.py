@@ -18,7 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 TASK = "matrix-transpose"  # protects /reference: reading it is decoyed
 TASK_REF = f"builtin/{TASK}"
-SOLUTION = REPO / "rollout" / "suites" / "builtin" / TASK / "solution"
+SOLUTION = REPO / "tasks" / "suites" / "builtin" / TASK / "solution"
 
 
 @dataclass
@@ -74,8 +74,8 @@ class Gateway:
 
 @pytest.fixture(scope="session")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    from rlguard.local_gateway import local_gateway
     from rlguard.settings import Settings
-    from rollout.local_gateway import local_gateway
 
     state = tmp_path_factory.mktemp("integrations-gateway")
     db_url = f"sqlite:///{state}/rlguard.db"

@@ -109,7 +109,7 @@ def test_mini_swe_agent_config_with_a_litellm_model(gateway: Gateway, policy_ver
     episode = _episode(gateway, info["rlguard"]["episode_id"])
     assert episode["policy_version"] == policy_version and episode["status"] == "finished"
     first = episode["tool_calls"][0]
-    assert first["arguments"]["command"] == "cat /reference/solution.py" and first["was_decoy"]
+    assert first["arguments"]["command"].endswith("; cat /reference/solution.py") and first["was_decoy"]
 
 
 def test_inspect_task_example(gateway: Gateway, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
