@@ -178,3 +178,45 @@ async def test_stdio_eof_without_submit_finishes_the_episode(gateway: Gateway, p
     # is the gateway's to complete
     [episode] = _wait_ended(gateway, policy_version)
     assert episode["status"] == "finished" and 0.0 <= episode["reward"] < 1.0  # graded as left
+
+
+async def test_stdio_server_with_its_own_in_process_gateway(tmp_path, policy_version: str) -> None:
+    import os
+    import uuid
+
+    from sqlalchemy import create_engine, text
+
+    from tests.integrations.conftest import REPO
+
+    db_url = f"sqlite:///{tmp_path}/own.db"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("RLGUARD_")},
+        "PYTHONPATH": str(REPO),
+        "RLGUARD_STATE_DIR": str(tmp_path),
+        "RLGUARD_DATABASE_URL": db_url,
+        "RLGUARD_INSTANCE": f"test-mcp-own-{uuid.uuid4().hex[:8]}",
+        "RLGUARD_SANDBOX__WARM_POOL_SIZE": "1",
+    }
+    args = ["-m", "rlguard", "mcp", "serve", "--task", TASK, "--policy-version", policy_version]
+    async with Client(StdioServerParameters(command=sys.executable, args=args, env=env)) as client:
+        assert "matrixlib" in _text(await client.call_tool("bash", {"command": "ls"}))
+        await client.call_tool("submit", {})
+    engine = create_engine(db_url)
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT status, num_calls FROM episodes")).all()
+    engine.dispose()
+    assert rows == [("finished", 2)]
+
+
+def test_unknown_task_is_one_clear_error(gateway: Gateway) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "rlguard", "mcp", "serve", "--gateway", gateway.url, "--task", "no-such-task"],
+        env=child_env(gateway),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert run.returncode == 2
+    assert "the gateway has no task 'builtin/no-such-task'" in run.stderr
+    assert "Traceback" not in run.stderr
