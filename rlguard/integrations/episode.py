@@ -15,7 +15,10 @@ import contextlib
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from pydantic import SecretStr
 
 from rlguard.errors import RlguardError
 from rlguard.settings import Settings
@@ -50,8 +53,6 @@ def render_answer(output: str, exit_code: int, truncated: bool) -> str:
 
 def task_ref(suite: str, task: str) -> str:
     """``suite/task`` as the gateway names tasks; a suite given as a directory is named by its basename."""
-    from pathlib import Path
-
     if "/" in task:
         raise RlguardError(f"--task {task!r}: give the task id alone (the suite is --suite)")
     name = Path(suite).name if ("/" in suite or Path(suite).is_dir()) else suite
@@ -77,12 +78,11 @@ def gateway_target(
             )
         yield GatewayTarget(url.rstrip("/"), token)
         return
-    for suite in suites:
-        if suite not in settings.gateway.suites:
-            settings.gateway.suites.append(suite)
+    settings = settings.model_copy(
+        deep=True
+    )  # the caller's (often the process-wide) settings stay as they are
+    settings.gateway.suites += [s for s in suites if s not in settings.gateway.suites]
     if admin_token:
-        from pydantic import SecretStr
-
         settings.admin_token = SecretStr(admin_token)
     with local_gateway(settings) as gw:
         yield GatewayTarget(gw.url, gw.admin_token)

@@ -71,16 +71,22 @@ def _config(config: SandboxEnvironmentConfigType | None) -> RlguardSandboxConfig
 
 
 class _Gateways:
-    """One gateway (and one pooled client) per configuration, for the life of an Inspect task."""
+    """One gateway (and one pooled client) per configuration, shared by the Inspect tasks using it
+    and closed when the last of them ends."""
 
     def __init__(self) -> None:
         self._open: dict[tuple[str | None, str | None], tuple[contextlib.ExitStack, GatewayClient]] = {}
+        self._users: dict[tuple[str | None, str | None], int] = {}
         self._lock = anyio.Lock()
+
+    @staticmethod
+    def _key(config: RlguardSandboxConfig) -> tuple[str | None, str | None]:
+        return (config.gateway_url, config.admin_token)
 
     async def client(self, config: RlguardSandboxConfig) -> GatewayClient:
         from rlguard.settings import get_settings
 
-        key = (config.gateway_url, config.admin_token)
+        key = self._key(config)
         async with self._lock:
             if key not in self._open:
                 stack = contextlib.ExitStack()
@@ -89,9 +95,19 @@ class _Gateways:
                 self._open[key] = (stack, GatewayClient(target.url, target.admin_token))
             return self._open[key][1]
 
-    async def close(self, config: RlguardSandboxConfig) -> None:
+    async def acquire(self, config: RlguardSandboxConfig) -> None:
+        await self.client(config)
         async with self._lock:
-            opened = self._open.pop((config.gateway_url, config.admin_token), None)
+            self._users[self._key(config)] = self._users.get(self._key(config), 0) + 1
+
+    async def release(self, config: RlguardSandboxConfig) -> None:
+        key = self._key(config)
+        async with self._lock:
+            self._users[key] = self._users.get(key, 1) - 1
+            if self._users[key] > 0:
+                return
+            self._users.pop(key)
+            opened = self._open.pop(key, None)
         if opened is not None:
             stack, client = opened
             await client.aclose()
@@ -133,7 +149,7 @@ class RlguardSandboxEnvironment(SandboxEnvironment):
 
     @classmethod
     async def task_init(cls, task_name: str, config: SandboxEnvironmentConfigType | None) -> None:
-        await _gateways.client(_config(config))  # start an in-process gateway once, before the samples
+        await _gateways.acquire(_config(config))  # start an in-process gateway once, before the samples
 
     @classmethod
     async def sample_init(
@@ -167,7 +183,7 @@ class RlguardSandboxEnvironment(SandboxEnvironment):
     async def task_cleanup(
         cls, task_name: str, config: SandboxEnvironmentConfigType | None, cleanup: bool
     ) -> None:
-        await _gateways.close(_config(config))
+        await _gateways.release(_config(config))
 
     async def _bash(self, script: str, timeout: int | None = None) -> tuple[str, int, bool]:
         arguments: dict[str, Any] = {"command": script}

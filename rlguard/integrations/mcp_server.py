@@ -50,7 +50,6 @@ class Episodes:
         self.client: GatewayClient | None = None
         self._open: dict[str, Episode] = {}
         self._last_used: dict[str, float] = {}
-        self.finished: list[Episode] = []  # for the caller's report and the tests
 
     def get(self, key: str) -> Episode:
         if self.client is None:
@@ -71,8 +70,6 @@ class Episodes:
             await episode.finish(end_reason)
         except GatewayError as exc:  # the session is gone either way; the gateway's sweep ends the rest
             log.warning("could not finish episode %s: %s", episode.episode_id, exc)
-        if episode.handle is not None:
-            self.finished.append(episode)
 
     async def end_idle(self, idle_s: float) -> None:
         now = time.monotonic()
