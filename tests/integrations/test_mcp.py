@@ -11,9 +11,11 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
+import anyio
 import httpx
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.integrations.conftest import TASK, Gateway, child_env, solution_files
 
@@ -220,3 +222,35 @@ def test_unknown_task_is_one_clear_error(gateway: Gateway) -> None:
     assert run.returncode == 2
     assert "the gateway has no task 'builtin/no-such-task'" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_http_session_left_idle_is_ended_and_graded(gateway: Gateway, policy_version: str) -> None:
+    port = _free_port()
+    args = _serve_args(
+        gateway, policy_version, "--transport", "http", "--port", str(port), "--idle-timeout", "2"
+    )
+    proc = subprocess.Popen([sys.executable, *args], env=child_env(gateway), stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(url, timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.1)
+
+        async def one_call_then_vanish() -> None:
+            transport = streamable_http_client(
+                url, terminate_on_close=False
+            )  # no DELETE: the client just goes
+            async with Client(transport) as client:
+                await client.call_tool("bash", {"command": "ls"})
+
+        anyio.run(one_call_then_vanish)
+        [episode] = _wait_ended(gateway, policy_version)
+        assert episode["status"] == "finished" and episode["num_calls"] == 1
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
