@@ -47,8 +47,13 @@ class _Strict(BaseModel):
 
 
 class GradingSpec(_Strict):
-    """How the hidden tests decide the reward (see ``tasks.grading.grade``)."""
+    """How the tests decide the reward; ``mode`` picks the grading mode (``tasks.grading.modes``)."""
 
+    mode: str = Field(
+        "isolated",
+        description="isolated: authored hidden tests, workspace code behind proxies; pytest: the "
+        "project's own suite in-process (SWE-bench compatible), see docs/grading.md",
+    )
     command: list[str] = Field(
         default_factory=lambda: ["pytest", "/grader"],
         description="pytest over the hidden tests; extra arguments after 'pytest' must name paths under "
@@ -60,6 +65,16 @@ class GradingSpec(_Strict):
         default_factory=lambda: ["tests"],
         description="Workspace paths put back from the pristine task before grading (the visible tests)",
     )
+    fail_to_pass: list[str] = Field(
+        default_factory=list, description="pytest mode: node ids the solution must turn green"
+    )
+    pass_to_pass: list[str] = Field(
+        default_factory=list, description="pytest mode: node ids that must stay green"
+    )
+    pythonpath: list[str] = Field(
+        default_factory=list,
+        description="pytest mode: workspace directories put on sys.path after /workspace (e.g. src)",
+    )
 
     @field_validator("restore")
     @classmethod
@@ -67,6 +82,14 @@ class GradingSpec(_Strict):
         for path in paths:
             if path.startswith("/") or ".." in path.split("/") or not path.strip("/."):
                 raise ValueError(f"restore paths must be relative and inside the workspace; got {path!r}")
+        return paths
+
+    @field_validator("pythonpath")
+    @classmethod
+    def _relative_dirs(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            if path.startswith("/") or ".." in path.split("/") or not path.strip("/."):
+                raise ValueError(f"pythonpath entries must be relative, inside the workspace; got {path!r}")
         return paths
 
     @field_validator("command")
@@ -113,6 +136,9 @@ class TaskFile(_Strict):
     horizon: Literal["short", "long"] = "short"
     honeypot: Honeypot | None = None
     git: GitSpec | None = None
+    environment: dict[str, Any] | None = Field(
+        None, description="Python dependencies of the task's environment image (see tasks build-env)"
+    )
 
     @field_validator("limits")
     @classmethod
@@ -254,6 +280,18 @@ def _build_git_repo(task: Task, work: Path) -> None:
         _git(work, "add", "-A")
         _git(work, "commit", "-q", "-m", f"Work in progress on {branch}")
         _git(work, "checkout", "-q", spec.branch)
+    _forget_history_traces(work / ".git")
+
+
+def _forget_history_traces(git_dir: Path) -> None:
+    """No way to a commit beyond the declared refs: no reflog, ORIG_HEAD, stash, remotes or packs.
+
+    The build only commits (every object is reachable from a declared branch), so what is left to
+    remove are the traces git keeps of how the repository got there.
+    """
+    shutil.rmtree(git_dir / "logs", ignore_errors=True)
+    for name in ("ORIG_HEAD", "FETCH_HEAD", "COMMIT_EDITMSG"):
+        (git_dir / name).unlink(missing_ok=True)
 
 
 def tar_directory(directory: Path) -> bytes:
@@ -302,8 +340,9 @@ def _load_task_dir(root: Path, suite: str) -> Task:
     task = Task(**spec.model_dump(), id=f"{suite}/{task_id}", suite=suite, task_id=task_id, root=root)
     if not task.workspace_dir.is_dir():
         raise TaskError(f"{root}: missing workspace/ directory")
-    if not task.hidden_dir.is_dir() or not any(task.hidden_dir.rglob("test_*.py")):
-        raise TaskError(f"{root}: hidden/ must hold at least one test_*.py file")
+    from tasks.grading.modes import get_grading_mode
+
+    get_grading_mode(task.grading.mode).validate(task)
     if task.git:
         for branch, rel in task.git.branches.items():
             if not (root / rel).is_dir():
