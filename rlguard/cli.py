@@ -89,7 +89,16 @@ def _register_all() -> None:
     from tasks import cli as tasks_cli
     from trainer import cli as trainer_cli
 
-    for module in (sandbox_cli, guard_cli, gateway_cli, tasks_cli, run_commands, trainer_cli, demo, grade_cli):
+    for module in (
+        sandbox_cli,
+        guard_cli,
+        gateway_cli,
+        tasks_cli,
+        run_commands,
+        trainer_cli,
+        demo,
+        grade_cli,
+    ):
         module.register(app, bench_app)
 
 

@@ -50,9 +50,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         from guard.pipeline import Guard
         from rlguard.patch_review import apply_patch_review
         from rlguard.settings import get_settings
-        from rollout.tasks import load_suite
         from tasks.cli import local_backend
         from tasks.grading.modes import grade_task
+        from tasks.spec import load_suite
         from tasks.workspaces import directory_workspace, patched_workspace
 
         if (workspace is None) == (patch is None):
@@ -71,8 +71,10 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         settings = get_settings()
 
         async def run() -> tuple[float, dict[str, Any]]:
-            async with local_backend() as backend:
-                result = await grade_task(backend, task, archive, limits=settings.sandbox.limits)
+            async with local_backend(settings) as backend:
+                result = await grade_task(
+                    backend, task, archive, image=settings.sandbox.image, limits=settings.sandbox.limits
+                )
             reward, details = result.reward, dict(result.details)
             if isinstance(details.get("patch"), str):
                 guard = Guard.from_settings(settings.guard)

@@ -18,20 +18,20 @@ from tasks.grading.pytest_workspace import grading_workspace_tar
 from tasks.workspaces import solution_workspace
 
 if TYPE_CHECKING:
-    from rollout.tasks import Task
     from sandbox.base import SandboxBackend
     from sandbox.settings import SandboxLimits
+    from tasks.spec import Task
 
 
 async def check_task(
-    backend: SandboxBackend, task: Task, *, limits: SandboxLimits | None = None
+    backend: SandboxBackend, task: Task, *, image: str = "", limits: SandboxLimits | None = None
 ) -> dict[str, Any]:
     """One task: solution reward (must be 1.0), untouched reward (must be < 1.0), and why not."""
     row: dict[str, Any] = {"task": task.id, "mode": task.grading.mode}
     if not task.solution_files():
         return {**row, "ok": False, "problem": "no solution/ to check"}
-    solved = await grade_task(backend, task, solution_workspace(task), limits=limits)
-    untouched = await grade_task(backend, task, task.workspace_tar(), limits=limits)
+    solved = await grade_task(backend, task, solution_workspace(task), image=image, limits=limits)
+    untouched = await grade_task(backend, task, task.workspace_tar(), image=image, limits=limits)
     row.update(solution_reward=solved.reward, untouched_reward=untouched.reward)
     problems = []
     if solved.reward != 1.0:
@@ -46,14 +46,19 @@ async def check_task(
 
 
 async def check_suite(
-    backend: SandboxBackend, tasks: list[Task], *, limits: SandboxLimits | None = None
+    backend: SandboxBackend, tasks: list[Task], *, image: str = "", limits: SandboxLimits | None = None
 ) -> list[dict[str, Any]]:
     """``check_task`` for every task, in order."""
-    return [await check_task(backend, task, limits=limits) for task in tasks]
+    return [await check_task(backend, task, image=image, limits=limits) for task in tasks]
 
 
 async def bench_grading(
-    backend: SandboxBackend, tasks: list[Task], *, repeats: int = 3, limits: SandboxLimits | None = None
+    backend: SandboxBackend,
+    tasks: list[Task],
+    *,
+    repeats: int = 3,
+    image: str = "",
+    limits: SandboxLimits | None = None,
 ) -> dict[str, Any]:
     """Median wall time of grading the solution vs plain pytest over the same restored workspace.
 
@@ -71,9 +76,9 @@ async def bench_grading(
         g, p = [], []
         for _ in range(repeats):
             started = time.perf_counter()
-            await grade_task(backend, task, workspace, limits=limits)
+            await grade_task(backend, task, workspace, image=image, limits=limits)
             g.append(time.perf_counter() - started)
-            _, seconds = await plain_pytest(backend, task, restored, junit=False, limits=limits)
+            _, seconds = await plain_pytest(backend, task, restored, junit=False, image=image, limits=limits)
             p.append(seconds)
         per_task[task.id] = {"grade_s": statistics.median(g), "plain_pytest_s": statistics.median(p)}
         grade_s.append(statistics.median(g))

@@ -13,18 +13,18 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from rlguard.errors import RlguardError
+from sandbox.settings import SandboxEnv
+from tasks.errors import TaskError
 
 console = Console()
 
 
 @contextlib.asynccontextmanager
-async def local_backend() -> AsyncIterator[Any]:
+async def local_backend(env: SandboxEnv) -> AsyncIterator[Any]:
     """A Docker backend for the configured instance and engine, closed after use."""
-    from rlguard.settings import get_settings
     from sandbox.docker_backend import DockerBackend
 
-    backend = DockerBackend.from_settings(get_settings())
+    backend = DockerBackend.from_settings(env)
     try:
         yield backend
     finally:
@@ -48,7 +48,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON"),
     ) -> None:
         """The tasks of a suite: id, grading mode, horizon, expected tests."""
-        from rollout.tasks import load_suite
+        from tasks.spec import load_suite
 
         rows = []
         for task in load_suite(suite):
@@ -70,14 +70,16 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON"),
     ) -> None:
         """Every task loads, its solution scores 1.0 and its untouched workspace less (real grading)."""
-        from rollout.tasks import load_suite
         from tasks.check import check_suite
+        from tasks.spec import load_suite
 
         tasks = load_suite(suite)
 
+        env = SandboxEnv()
+
         async def run() -> list[dict[str, Any]]:
-            async with local_backend() as backend:
-                return await check_suite(backend, tasks)
+            async with local_backend(env) as backend:
+                return await check_suite(backend, tasks, image=env.sandbox.image, limits=env.sandbox.limits)
 
         rows = asyncio.run(run())
         if as_json:
@@ -96,7 +98,7 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             console.print(table)
         bad = [row["task"] for row in rows if not row["ok"]]
         if bad:
-            raise RlguardError(f"{len(bad)} of {len(rows)} task(s) failed the check: {', '.join(bad)}")
+            raise TaskError(f"{len(bad)} of {len(rows)} task(s) failed the check: {', '.join(bad)}")
 
     @import_app.command("swebench")
     def import_swebench_command(
@@ -121,14 +123,18 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         """pytest-mode grading vs plain pytest of the same tests, same image (target: <= 1.3x)."""
         import tempfile
 
-        from rollout.tasks import load_suite
         from tasks.check import bench_grading
         from tasks.minisuite import build_rows
+        from tasks.spec import load_suite
         from tasks.swebench import import_swebench
 
+        env = SandboxEnv()
+
         async def run(tasks: list[Any]) -> dict[str, Any]:
-            async with local_backend() as backend:
-                return await bench_grading(backend, tasks, repeats=repeats)
+            async with local_backend(env) as backend:
+                return await bench_grading(
+                    backend, tasks, repeats=repeats, image=env.sandbox.image, limits=env.sandbox.limits
+                )
 
         with tempfile.TemporaryDirectory(prefix="rlguard-bench-grading-") as tmp:
             if suite is None:

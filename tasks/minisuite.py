@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlguard.errors import RlguardError
+from tasks.errors import TaskError
 from tasks.grading.baseline import junit_outcomes
 
 DATA = Path(__file__).resolve().parent / "data" / "inflection-0.5.1"
@@ -77,7 +77,7 @@ def _git(cwd: Path, *args: str) -> str:
     env = {**_GIT_ENV, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd)}
     result = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
     if result.returncode != 0:
-        raise RlguardError(f"git {' '.join(args)} failed: {result.stderr.strip()}")
+        raise TaskError(f"git {' '.join(args)} failed: {result.stderr.strip()}")
     return result.stdout
 
 
@@ -105,7 +105,7 @@ def _host_pytest(tree: Path) -> dict[str, str]:
             env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
         )
         if not xml.is_file():
-            raise RlguardError(f"plain pytest wrote no report in {tree}")
+            raise TaskError(f"plain pytest wrote no report in {tree}")
         return junit_outcomes(xml.read_text())
 
 
@@ -126,7 +126,7 @@ def build_rows(root: Path) -> tuple[Path, Path]:
         target = clone / instance.file
         text = target.read_text()
         if instance.old not in text:
-            raise RlguardError(f"instance {instance.number}: the bug's anchor is not in {instance.file}")
+            raise TaskError(f"instance {instance.number}: the bug's anchor is not in {instance.file}")
         target.write_text(text.replace(instance.old, instance.new, 1))
         _git(clone, "commit", "-q", "-am", f"regression {instance.number}")
         base = _git(clone, "rev-parse", "HEAD").strip()

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sandbox.settings import SandboxLimits
 from tasks.errors import TaskError
+from tasks.testfiles import clean_name, is_protected
 
 BUILTIN_SUITES_DIR = Path(__file__).resolve().parent / "suites"
 TASK_FILE = "task.yaml"
@@ -49,7 +50,7 @@ class _Strict(BaseModel):
 class GradingSpec(_Strict):
     """How the tests decide the reward; ``mode`` picks the grading mode (``tasks.grading.modes``)."""
 
-    mode: str = Field(
+    mode: Literal["isolated", "pytest"] = Field(
         "isolated",
         description="isolated: authored hidden tests, workspace code behind proxies; pytest: the "
         "project's own suite in-process (SWE-bench compatible), see docs/grading.md",
@@ -197,6 +198,25 @@ class Task(TaskFile):
         except ValidationError as exc:
             raise TaskError(_format_validation_error(self.root / TASK_FILE, exc)) from None
 
+    def expected_test_ids(self) -> list[str]:
+        """``pytest`` mode: FAIL_TO_PASS then PASS_TO_PASS node ids, each once."""
+        return list(dict.fromkeys([*self.grading.fail_to_pass, *self.grading.pass_to_pass]))
+
+    def test_files(self) -> list[str]:
+        """``pytest`` mode: the files the expected node ids live in, first seen first (what pytest runs)."""
+        return list(dict.fromkeys(nodeid.split("::", 1)[0] for nodeid in self.expected_test_ids()))
+
+    def protected_extra(self) -> list[str]:
+        """Paths this task protects beyond ``tasks.testfiles``' rules: its test patch (``hidden/``),
+        its node ids' files and ``grading.restore``."""
+        hidden = self.hidden_dir
+        overlay = (
+            [p.relative_to(hidden).as_posix() for p in sorted(hidden.rglob("*")) if p.is_file()]
+            if hidden.is_dir()
+            else []
+        )
+        return [*overlay, *self.test_files(), *(p.strip("/") for p in self.grading.restore)]
+
     def solution_files(self) -> dict[str, str]:
         """Reference solution as ``{workspace-relative path: full new content}``."""
         if not self.solution_dir.is_dir():
@@ -340,14 +360,38 @@ def _load_task_dir(root: Path, suite: str) -> Task:
     task = Task(**spec.model_dump(), id=f"{suite}/{task_id}", suite=suite, task_id=task_id, root=root)
     if not task.workspace_dir.is_dir():
         raise TaskError(f"{root}: missing workspace/ directory")
-    from tasks.grading.modes import get_grading_mode
-
-    get_grading_mode(task.grading.mode).validate(task)
+    if task.grading.mode == "pytest":
+        _check_pytest_task(task)
+    elif not task.hidden_dir.is_dir() or not any(task.hidden_dir.rglob("test_*.py")):
+        raise TaskError(f"{root}: hidden/ must hold at least one test_*.py file")
     if task.git:
         for branch, rel in task.git.branches.items():
             if not (root / rel).is_dir():
                 raise TaskError(f"{file}: field 'git.branches.{branch}': no directory {rel!r}")
     return task
+
+
+def _check_pytest_task(task: Task) -> None:
+    """Refuse a ``pytest``-mode task whose node ids, pythonpath or solution cannot work."""
+    where = task.root / TASK_FILE
+    ids = task.expected_test_ids()
+    if not ids:
+        raise TaskError(f"{where}: pytest mode needs grading.fail_to_pass or grading.pass_to_pass node ids")
+    for nodeid in ids:
+        file, sep, rest = nodeid.partition("::")
+        if not sep or not rest or not file.endswith(".py") or clean_name(file) != file:
+            raise TaskError(f"{where}: {nodeid!r} is not a pytest node id (path/to/test_x.py::name)")
+        if not ((task.workspace_dir / file).is_file() or (task.hidden_dir / file).is_file()):
+            raise TaskError(f"{where}: node id {nodeid!r}: no test file {file!r} in workspace/ or hidden/")
+    for rel in task.grading.pythonpath:
+        if not (task.workspace_dir / rel).is_dir():
+            raise TaskError(f"{where}: grading.pythonpath {rel!r} is not a directory of workspace/")
+    if task.grading.reward not in ("all_or_nothing", "fraction"):
+        raise TaskError(f"{where}: unknown grading.reward {task.grading.reward!r}")
+    extra = task.protected_extra()
+    touched = sorted(name for name in task.solution_files() if is_protected(name, extra))
+    if touched:
+        raise TaskError(f"{task.root}: solution/ changes files that grading restores: {touched[:5]}")
 
 
 def suite_dir(name_or_dir: str | Path) -> Path:
@@ -361,9 +405,7 @@ def suite_dir(name_or_dir: str | Path) -> Path:
     path = Path(name_or_dir)
     if not path.is_dir():
         builtin = sorted(p.name for p in BUILTIN_SUITES_DIR.iterdir() if p.is_dir())
-        raise TaskError(
-            f"no task suite {str(name_or_dir)!r}: not a directory nor a built-in suite {builtin}"
-        )
+        raise TaskError(f"no task suite {str(name_or_dir)!r}: not a directory nor a built-in suite {builtin}")
     return path.resolve()
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from rlguard.errors import RlguardError
+from tasks.errors import TaskError
 
 REQUIRED_FIELDS = (
     "instance_id",
@@ -64,9 +64,9 @@ def _node_ids(row: dict[str, Any], key: str, where: str) -> list[str]:
         try:
             value = json.loads(value)
         except ValueError as exc:
-            raise RlguardError(f"{where}: field {key!r} is not a JSON-encoded list: {exc}") from None
+            raise TaskError(f"{where}: field {key!r} is not a JSON-encoded list: {exc}") from None
     if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
-        raise RlguardError(f"{where}: field {key!r} must be a list of pytest node ids")
+        raise TaskError(f"{where}: field {key!r} must be a list of pytest node ids")
     return value
 
 
@@ -74,16 +74,16 @@ def read_rows(rows_path: Path) -> list[dict[str, Any]]:
     """The rows of a JSONL file (or a JSON list), each checked for SWE-bench's fields."""
     try:
         if rows_path.stat().st_size > MAX_ROWS_BYTES:
-            raise RlguardError(f"{rows_path}: over {MAX_ROWS_BYTES} bytes")
+            raise TaskError(f"{rows_path}: over {MAX_ROWS_BYTES} bytes")
         text = rows_path.read_text()
     except OSError as exc:
-        raise RlguardError(f"{rows_path}: cannot read: {exc.strerror}") from None
+        raise TaskError(f"{rows_path}: cannot read: {exc.strerror}") from None
     stripped = text.lstrip()
     if stripped.startswith("["):
         try:
             rows = json.loads(stripped)
         except ValueError as exc:
-            raise RlguardError(f"{rows_path}: not valid JSON: {exc}") from None
+            raise TaskError(f"{rows_path}: not valid JSON: {exc}") from None
         numbered = list(enumerate(rows, 1))
     else:
         numbered = []
@@ -92,44 +92,44 @@ def read_rows(rows_path: Path) -> list[dict[str, Any]]:
                 try:
                     numbered.append((number, json.loads(line)))
                 except ValueError as exc:
-                    raise RlguardError(f"{rows_path}:{number}: not a JSON object: {exc}") from None
+                    raise TaskError(f"{rows_path}:{number}: not a JSON object: {exc}") from None
     if not numbered:
-        raise RlguardError(f"{rows_path}: no rows")
+        raise TaskError(f"{rows_path}: no rows")
     out: list[dict[str, Any]] = []
     seen: dict[str, str] = {}
     for number, row in numbered:
         where = f"{rows_path}:{number}"
         if not isinstance(row, dict):
-            raise RlguardError(f"{where}: a row must be a JSON object")
+            raise TaskError(f"{where}: a row must be a JSON object")
         missing = [key for key in REQUIRED_FIELDS if key not in row]
         if missing:
-            raise RlguardError(f"{where}: missing field(s) {missing}")
+            raise TaskError(f"{where}: missing field(s) {missing}")
         for key in ("instance_id", "repo", "base_commit", "patch", "test_patch"):
             if not isinstance(row[key], str):
-                raise RlguardError(f"{where}: field {key!r} must be a string")
+                raise TaskError(f"{where}: field {key!r} must be a string")
         if not _REPO_RE.match(row["repo"]):
-            raise RlguardError(f"{where}: field 'repo' must be owner/name, got {row['repo']!r}")
+            raise TaskError(f"{where}: field 'repo' must be owner/name, got {row['repo']!r}")
         if not _COMMIT_RE.match(row["base_commit"]):
-            raise RlguardError(
+            raise TaskError(
                 f"{where}: field 'base_commit' must be a hex commit id, got {row['base_commit']!r}"
             )
         if not row["patch"].strip():
-            raise RlguardError(f"{where}: field 'patch' (the gold patch) is empty")
+            raise TaskError(f"{where}: field 'patch' (the gold patch) is empty")
         task_id = task_id_for(row["instance_id"])
         if not _TASK_ID_RE.match(task_id):
-            raise RlguardError(
+            raise TaskError(
                 f"{where}: instance id {row['instance_id']!r} gives task id {task_id!r}, not valid"
             )
         if task_id in seen:
-            raise RlguardError(f"{where}: task id {task_id!r} also comes from {seen[task_id]}")
+            raise TaskError(f"{where}: task id {task_id!r} also comes from {seen[task_id]}")
         seen[task_id] = where
         env = row.get("environment")
         if env is not None and not isinstance(env, dict):
-            raise RlguardError(f"{where}: field 'environment' must be a mapping")
+            raise TaskError(f"{where}: field 'environment' must be a mapping")
         fail_to_pass = _node_ids(row, "FAIL_TO_PASS", where)
         pass_to_pass = _node_ids(row, "PASS_TO_PASS", where)
         if not fail_to_pass and not pass_to_pass:
-            raise RlguardError(f"{where}: FAIL_TO_PASS and PASS_TO_PASS are both empty")
+            raise TaskError(f"{where}: FAIL_TO_PASS and PASS_TO_PASS are both empty")
         out.append({**row, "FAIL_TO_PASS": fail_to_pass, "PASS_TO_PASS": pass_to_pass, "_where": where})
     return out
 
@@ -145,7 +145,7 @@ def _git(repo: Path, *args: str, stdin: str | None = None, cwd: Path | None = No
         timeout=300,
     )
     if result.returncode != 0:
-        raise RlguardError(
+        raise TaskError(
             f"git {' '.join(args[:3])} failed in {cwd or repo}: {result.stderr.decode()[-500:].strip()}"
         )
     return result.stdout
@@ -158,12 +158,12 @@ def _apply(tree: Path, patch: str, what: str, where: str) -> list[str]:
     try:
         _git(tree, "apply", "--whitespace=nowarn", "-", stdin=patch, cwd=tree)
         listing = _git(tree, "apply", "--numstat", "-z", "-", stdin=patch, cwd=tree)
-    except RlguardError as exc:
-        raise RlguardError(f"{where}: the {what} does not apply to base_commit: {exc}") from None
+    except TaskError as exc:
+        raise TaskError(f"{where}: the {what} does not apply to base_commit: {exc}") from None
     names = [field.split("\t")[-1] for field in listing.decode().split("\0") if "\t" in field]
     deleted = [name for name in names if not (tree / name).exists()]
     if deleted:
-        raise RlguardError(f"{where}: the {what} deletes files {deleted[:5]}; deletions are not supported")
+        raise TaskError(f"{where}: the {what} deletes files {deleted[:5]}; deletions are not supported")
     return names
 
 
@@ -186,11 +186,11 @@ def _write_task(row: dict[str, Any], repos_dir: Path, task_dir: Path) -> None:
     where = row["_where"]
     clone = repos_dir / row["repo"].replace("/", "__")
     if not (clone / ".git").exists() and not (clone / "HEAD").is_file():
-        raise RlguardError(f"{where}: no local clone of {row['repo']} at {clone}")
+        raise TaskError(f"{where}: no local clone of {row['repo']} at {clone}")
     try:
         _git(clone, "cat-file", "-e", f"{row['base_commit']}^{{commit}}")
-    except RlguardError:
-        raise RlguardError(f"{where}: base_commit {row['base_commit']} is not in {clone}") from None
+    except TaskError:
+        raise TaskError(f"{where}: base_commit {row['base_commit']} is not in {clone}") from None
     with tempfile.TemporaryDirectory(prefix="rlguard-swebench-") as tmp:
         archive = Path(tmp) / "base.tar"
         archive.write_bytes(_git(clone, "archive", "--format=tar", row["base_commit"]))
@@ -200,7 +200,7 @@ def _write_task(row: dict[str, Any], repos_dir: Path, task_dir: Path) -> None:
             try:
                 tar.extractall(base, filter="data")
             except tarfile.TarError as exc:
-                raise RlguardError(
+                raise TaskError(
                     f"{where}: the tree at base_commit cannot be extracted safely: {exc}"
                 ) from None
         tests_tree, gold_tree = Path(tmp) / "tests", Path(tmp) / "gold"
@@ -246,15 +246,15 @@ def import_swebench(rows_path: str | Path, repos_dir: str | Path, out_dir: str |
     whose repository, commit or patches fail stops the import with the row named (tasks imported
     before it stay).
     """
-    from rollout.tasks import _load_task_dir
+    from tasks.spec import _load_task_dir
 
     rows = read_rows(Path(rows_path))
     repos, out = Path(repos_dir), Path(out_dir)
     if not repos.is_dir():
-        raise RlguardError(f"--repos {repos}: not a directory")
+        raise TaskError(f"--repos {repos}: not a directory")
     suite = out.resolve().name
     if not _TASK_ID_RE.match(suite):
-        raise RlguardError(f"{out}: the suite directory's name must match {_TASK_ID_RE.pattern}")
+        raise TaskError(f"{out}: the suite directory's name must match {_TASK_ID_RE.pattern}")
     out.mkdir(parents=True, exist_ok=True)
     ids: list[str] = []
     for row in rows:
@@ -264,8 +264,8 @@ def import_swebench(rows_path: str | Path, repos_dir: str | Path, out_dir: str |
             _write_task(row, repos, staged)
             try:
                 _load_task_dir(staged, suite).workspace_tar()  # the suite loader's checks, now
-            except RlguardError as exc:
-                raise RlguardError(f"{row['_where']}: {exc}") from None
+            except TaskError as exc:
+                raise TaskError(f"{row['_where']}: {exc}") from None
             final = out / task_id
             if final.exists():
                 shutil.rmtree(final)

@@ -15,10 +15,10 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rlguard.errors import RlguardError
+from tasks.errors import TaskError
 
 if TYPE_CHECKING:
-    from rollout.tasks import Task
+    from tasks.spec import Task
 
 MAX_PATCH_BYTES = 16 * 1024 * 1024
 
@@ -47,10 +47,10 @@ def solution_workspace(task: Task) -> bytes:
 
 def patched_workspace(task: Task, patch_text: str) -> bytes:
     """The initial workspace with ``patch_text`` applied by ``git apply`` (a clear error if it fails)."""
-    from rollout.tasks import tar_directory
+    from tasks.spec import tar_directory
 
     if len(patch_text.encode()) > MAX_PATCH_BYTES:
-        raise RlguardError(f"patch is over {MAX_PATCH_BYTES} bytes")
+        raise TaskError(f"patch is over {MAX_PATCH_BYTES} bytes")
     with tempfile.TemporaryDirectory(prefix="rlguard-patch-") as tmp:
         work = Path(tmp) / "workspace"
         work.mkdir()
@@ -72,14 +72,14 @@ def patched_workspace(task: Task, patch_text: str) -> bytes:
         )
         if result.returncode != 0:
             error = result.stderr.decode()[-500:].strip()
-            raise RlguardError(f"the patch does not apply to {task.id}: {error}")
+            raise TaskError(f"the patch does not apply to {task.id}: {error}")
         return tar_directory(work)
 
 
 def directory_workspace(directory: Path) -> bytes:
     """A directory on the host as the final workspace."""
-    from rollout.tasks import tar_directory
+    from tasks.spec import tar_directory
 
     if not directory.is_dir():
-        raise RlguardError(f"--workspace {directory}: not a directory")
+        raise TaskError(f"--workspace {directory}: not a directory")
     return tar_directory(directory)

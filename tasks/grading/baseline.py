@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING
 
 from sandbox.base import SandboxError, SandboxSpec
 from tasks.grading.pytest_mode import REPORT_CAP_BYTES
-from tasks.grading.pytest_workspace import test_files
 
 if TYPE_CHECKING:
-    from rollout.tasks import Task
     from sandbox.base import SandboxBackend
     from sandbox.settings import SandboxLimits
+    from tasks.spec import Task
 
 _MARKER = "RLGUARD-PLAIN-JUNIT"
 
@@ -53,7 +52,7 @@ def junit_outcomes(xml_text: str) -> dict[str, str]:
 def plain_command(task: Task, junit: bool) -> str:
     """The shell command a developer would type (plus the junit report when outcomes are wanted)."""
     paths = ":".join(["/workspace", *(f"/workspace/{p}" for p in task.grading.pythonpath)])
-    files = " ".join(shlex.quote(f) for f in test_files(task))
+    files = " ".join(shlex.quote(f) for f in task.test_files())
     report = "-o junit_family=xunit1 --junitxml=/tmp/plain-junit.xml " if junit else ""
     run = (
         f"cd /workspace && PYTHONPATH={paths} timeout -k 5 {task.grading.timeout_s:g} "
@@ -70,6 +69,7 @@ async def plain_pytest(
     workspace_tar: bytes,
     *,
     junit: bool = True,
+    image: str = "",
     limits: SandboxLimits | None = None,
 ) -> tuple[dict[str, str], float]:
     """``(outcomes by node id, wall seconds)`` of plain pytest in a fresh container over the workspace.
@@ -81,7 +81,7 @@ async def plain_pytest(
     base = task.sandbox_limits(limits)
     run_limits = base.model_copy(update={"output_cap_bytes": max(base.output_cap_bytes, REPORT_CAP_BYTES)})
     sandbox = await backend.create(
-        SandboxSpec(image=task.resolved_image(), limits=run_limits, workspace=workspace_tar)
+        SandboxSpec(image=task.resolved_image(image), limits=run_limits, workspace=workspace_tar)
     )
     try:
         result = await sandbox.exec(plain_command(task, junit), timeout_s=task.grading.timeout_s + 20)

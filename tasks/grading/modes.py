@@ -1,83 +1,96 @@
 """Grading modes, registered by name: a task's ``grading.mode`` picks how its tests decide the reward.
 
-Same shape as ``trainer.advantages`` (``register_advantage`` / ``get_advantage_estimator``): each mode
-is a small object with two jobs, and an unknown name is a clear error listing the known ones.
+Same shape as ``trainer.advantages`` (``register_advantage`` / ``get_advantage_estimator``): a mode is
+an async function ``grade(backend, task, workspace_tar, *, image, limits) -> GradeResult`` that
+grades the agent's final ``/workspace`` in a fresh container and never raises for anything the agent
+controls; an unknown name is a clear error listing the known ones. ``image`` is the configured
+sandbox image (a task's own image wins), ``limits`` the base sandbox limits.
 
-* ``validate(task)`` runs when a suite is loaded, so a task that cannot be graded is refused before
-  an episode is played on it, never at grading time;
-* ``grade(backend, task, workspace_tar, limits=...)`` grades the agent's final ``/workspace`` in a
-  fresh container and returns a ``GradeResult`` whose ``details`` carry ``mode`` and ``reason``.
-
-Modes: ``isolated`` (authored hidden tests, workspace code behind proxies; ``rollout.grading``) and
-``pytest`` (the project's own suite as its developers run it; ``tasks.grading.pytest_mode``).
+Built in: ``isolated`` (authored hidden tests, workspace code behind proxies; ``tasks.grading.grade``)
+and ``pytest`` (the project's own suite as its developers run it; ``tasks.grading.pytest_mode``).
+A task's mode-specific fields are checked when its suite loads (``tasks.spec``), not here, so a task
+that cannot be graded is refused before an episode is played on it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-from rlguard.errors import RlguardError
+from tasks.errors import TaskError
 
 if TYPE_CHECKING:
-    from rollout.grading import GradeResult
-    from rollout.tasks import Task
     from sandbox.base import SandboxBackend
     from sandbox.settings import SandboxLimits
+    from tasks.grading.grade import GradeResult
+    from tasks.spec import Task
+
+GradeFn = Callable[..., Awaitable["GradeResult"]]
+GRADING_MODES: dict[str, GradeFn] = {}
 
 
-class GradingMode(Protocol):
-    """What a grading mode provides (see the module docstring)."""
+def register_grading_mode(name: str) -> Callable[[GradeFn], GradeFn]:
+    """Register a grading function under ``name`` (a task's ``grading.mode`` picks it)."""
 
-    def validate(self, task: Task) -> None:
-        """Raise ``RlguardError`` naming the task when it cannot be graded by this mode."""
-
-    async def grade(
-        self,
-        backend: SandboxBackend,
-        task: Task,
-        workspace_tar: bytes,
-        *,
-        limits: SandboxLimits | None = None,
-    ) -> GradeResult:
-        """Grade the final workspace; never raises for anything the agent controls."""
-
-
-GRADING_MODES: dict[str, GradingMode] = {}
-
-
-def register_grading_mode(name: str) -> Callable[[type], type]:
-    """Register a mode class under ``name`` (one instance is kept); ``grading.mode`` picks it."""
-
-    def decorate(cls: type) -> type:
+    def decorate(fn: GradeFn) -> GradeFn:
         if name in GRADING_MODES:
             raise ValueError(f"grading mode {name!r} registered twice")
-        GRADING_MODES[name] = cls()
-        return cls
+        GRADING_MODES[name] = fn
+        return fn
 
     return decorate
 
 
-def get_grading_mode(name: str) -> GradingMode:
-    """The mode registered as ``name``; a clear error listing the known ones otherwise."""
-    _load_builtin_modes()
+def get_grading_mode(name: str) -> GradeFn:
+    """The grading function registered as ``name``; a clear error listing the known ones otherwise."""
     try:
         return GRADING_MODES[name]
     except KeyError:
         known = ", ".join(sorted(GRADING_MODES))
-        raise RlguardError(f"unknown grading mode {name!r}; known: {known}") from None
+        raise TaskError(f"unknown grading mode {name!r}; known: {known}") from None
 
 
 async def grade_task(
-    backend: SandboxBackend, task: Task, workspace_tar: bytes, *, limits: SandboxLimits | None = None
+    backend: SandboxBackend,
+    task: Task,
+    workspace_tar: bytes,
+    *,
+    image: str = "",
+    limits: SandboxLimits | None = None,
 ) -> GradeResult:
-    """Grade with the task's own mode (what ``finish`` and ``rlguard grade`` call)."""
-    result = await get_grading_mode(task.grading.mode).grade(backend, task, workspace_tar, limits=limits)
+    """Grade with the task's own mode (what ``finish``, ``rlguard grade`` and ``tasks check`` call)."""
+    result = await get_grading_mode(task.grading.mode)(
+        backend, task, workspace_tar, image=image, limits=limits
+    )
     result.details.setdefault("mode", task.grading.mode)
     return result
 
 
-def _load_builtin_modes() -> None:
-    """Import the modules that register the built-in modes (kept lazy: they import sandbox code)."""
-    import tasks.grading.isolated_mode
-    import tasks.grading.pytest_mode  # noqa: F401
+@register_grading_mode("isolated")
+async def grade_isolated(
+    backend: SandboxBackend,
+    task: Task,
+    workspace_tar: bytes,
+    *,
+    image: str = "",
+    limits: SandboxLimits | None = None,
+) -> GradeResult:
+    """Hidden tests in ``hidden/`` run by the trusted runner; the workspace answers through proxies."""
+    from tasks.grading.grade import grade
+
+    return await grade(backend, task, workspace_tar, image=image, limits=limits)
+
+
+@register_grading_mode("pytest")
+async def grade_pytest(
+    backend: SandboxBackend,
+    task: Task,
+    workspace_tar: bytes,
+    *,
+    image: str = "",
+    limits: SandboxLimits | None = None,
+) -> GradeResult:
+    """The project's suite in-process over the restored workspace; resolved = every expected id passes."""
+    from tasks.grading import pytest_mode
+
+    return await pytest_mode.grade_pytest(backend, task, workspace_tar, image=image, limits=limits)

@@ -11,7 +11,7 @@ import difflib
 import io
 import tarfile
 
-from tasks.grading.pytest_workspace import clean_name, is_dropped
+from tasks.testfiles import clean_name, is_dropped
 
 MAX_PATCH_CHARS = 2 * 1024 * 1024
 MAX_FILE_BYTES = 1024 * 1024

@@ -39,17 +39,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlguard.errors import RlguardError
 from sandbox.base import SandboxError, SandboxSpec
-from tasks.grading.modes import register_grading_mode
+from tasks.errors import TaskError
 from tasks.grading.patch import workspace_patch
-from tasks.grading.pytest_workspace import expected_ids, grading_workspace_tar, test_files, validate_layout
+from tasks.grading.pytest_workspace import grading_workspace_tar
 
 if TYPE_CHECKING:
-    from rollout.grading import GradeResult
-    from rollout.tasks import Task
     from sandbox.base import Sandbox, SandboxBackend
     from sandbox.settings import SandboxLimits
+    from tasks.grading.grade import GradeResult
+    from tasks.spec import Task
 
 log = logging.getLogger(__name__)
 
@@ -125,9 +124,9 @@ def split_output(output: str, nonce: str) -> RunOutput:
 
 def score(task: Task, run: RunOutput, timed_out: bool) -> GradeResult:
     """Reward and evidence from the run (see the module docstring for the cross-checks)."""
-    from rollout.grading import GradeResult
+    from tasks.grading.grade import GradeResult
 
-    ids = expected_ids(task)
+    ids = task.expected_test_ids()
     total = len(ids)
     base: dict[str, Any] = {
         "task": task.id,
@@ -189,7 +188,7 @@ def launcher_bundle(task: Task, nonce: str, grader_dir: str) -> bytes:
         "workspace": "/workspace",
         "pythonpath": list(task.grading.pythonpath),
         "report": f"{grader_dir}/report.jsonl",
-        "args": test_files(task),
+        "args": task.test_files(),
         "nonce": nonce,
     }
     files = {"launcher.py": _LAUNCHER.read_bytes(), "config.json": json.dumps(config).encode()}
@@ -216,17 +215,22 @@ def run_command(task: Task, nonce: str, grader_dir: str, staging: str) -> str:
 
 
 async def grade_pytest(
-    backend: SandboxBackend, task: Task, workspace_tar: bytes, *, limits: SandboxLimits | None = None
+    backend: SandboxBackend,
+    task: Task,
+    workspace_tar: bytes,
+    *,
+    image: str = "",
+    limits: SandboxLimits | None = None,
 ) -> GradeResult:
     """Grade ``workspace_tar`` in a fresh container; the final patch rides along in ``details``."""
-    from rollout.grading import GradeResult
+    from tasks.grading.grade import GradeResult
 
     started = time.perf_counter()
-    total = len(expected_ids(task))
+    total = len(task.expected_test_ids())
     try:
         graded_tar = grading_workspace_tar(task, workspace_tar)
         patch, patch_truncated = workspace_patch(task.workspace_tar(), workspace_tar)
-    except RlguardError as exc:
+    except TaskError as exc:
         details = {"task": task.id, "mode": "pytest", "reason": "bad workspace archive", "error": str(exc)}
         return GradeResult(0.0, 0, 0, total, total, {**details, "resolved": False, "tests": {}})
     nonce = secrets.token_hex(16)
@@ -236,7 +240,7 @@ async def grade_pytest(
         update={"output_cap_bytes": max(base_limits.output_cap_bytes, REPORT_CAP_BYTES)}
     )
     spec = SandboxSpec(
-        image=task.resolved_image(), limits=grading_limits, episode_id=None, workspace=graded_tar
+        image=task.resolved_image(image), limits=grading_limits, episode_id=None, workspace=graded_tar
     )
     timings: dict[str, float] = {}
     sandbox = await backend.create(spec)
@@ -270,23 +274,3 @@ async def _run_in(
     if run.truncated:
         return "grader output over the cap", False
     return run.output, run.timed_out
-
-
-@register_grading_mode("pytest")
-class PytestMode:
-    """The project's own suite in-process (module docstring); resolved = every expected id passes."""
-
-    def validate(self, task: Task) -> None:
-        if task.grading.reward not in ("all_or_nothing", "fraction"):
-            raise RlguardError(f"{task.root}: unknown grading.reward {task.grading.reward!r}")
-        validate_layout(task)
-
-    async def grade(
-        self,
-        backend: SandboxBackend,
-        task: Task,
-        workspace_tar: bytes,
-        *,
-        limits: SandboxLimits | None = None,
-    ) -> GradeResult:
-        return await grade_pytest(backend, task, workspace_tar, limits=limits)
