@@ -22,6 +22,8 @@ def apply_patch_review(
     """``(reward, details)`` after the review: details gain ``patch_review``; tampering under
     ``zero`` sets the reward to 0 and ``reason`` to ``tampering``, keeping the graded values."""
     out = {**details, "patch_review": {**review.to_dict(), "policy": policy}}
+    if review.findings:
+        out["patch_flag"] = "tampering" if review.tampering else "suspect"
     if review.tampering and policy == "zero":
         out["graded_reward"], out["graded_reason"] = reward, details.get("reason")
         out["reason"], out["resolved"] = "tampering", False
