@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from sandbox.base import SandboxError, SandboxSpec
 from tasks.errors import TaskError
 from tasks.grading.patch import workspace_patch
-from tasks.grading.pytest_workspace import grading_workspace_tar
+from tasks.grading.pytest_workspace import added_modules, grading_workspace_tar
 
 if TYPE_CHECKING:
     from sandbox.base import Sandbox, SandboxBackend
@@ -69,6 +69,7 @@ class PytestReport:
     collect_errors: list[dict[str, str]] = field(default_factory=list)
     exitstatus: int | None = None
     launcher_rc: int | None = None
+    shadowing: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
 
@@ -90,6 +91,8 @@ def parse_report(text: str) -> PytestReport:
             )
         elif kind == "end" and isinstance(record.get("exitstatus"), int) and report.exitstatus is None:
             report.exitstatus = record["exitstatus"]
+        elif kind == "shadow" and isinstance(record.get("modules"), list):
+            report.shadowing = [str(m)[:100] for m in record["modules"][:50]]
         elif kind == "exit" and isinstance(record.get("rc"), int) and report.launcher_rc is None:
             report.launcher_rc = record["rc"]
         else:
@@ -146,6 +149,8 @@ def score(task: Task, run: RunOutput, timed_out: bool) -> GradeResult:
     report = parse_report(run.report)
     if report.problems:
         return zero("malformed grader result", problems=report.problems[:20])
+    if report.shadowing:
+        return zero("workspace shadows installed modules", modules=report.shadowing)
     if report.launcher_rc is None or report.exitstatus is None:
         partial = {nodeid: report.tests.get(nodeid, "error") for nodeid in ids}
         return zero("pytest did not finish", process_rc=run.rc, partial_tests=partial)
@@ -182,14 +187,14 @@ def score(task: Task, run: RunOutput, timed_out: bool) -> GradeResult:
     return GradeResult(reward, passed, total - passed - errors, errors, total, details)
 
 
-def launcher_bundle(task: Task, nonce: str, grader_dir: str) -> bytes:
+def launcher_bundle(task: Task, grader_dir: str, added: list[str]) -> bytes:
     """What goes to the grader directory: the launcher and its config."""
     config = {
         "workspace": "/workspace",
+        "added_modules": added,
         "pythonpath": list(task.grading.pythonpath),
         "report": f"{grader_dir}/report.jsonl",
         "args": task.test_files(),
-        "nonce": nonce,
     }
     files = {"launcher.py": _LAUNCHER.read_bytes(), "config.json": json.dumps(config).encode()}
     out = io.BytesIO()
@@ -229,6 +234,7 @@ async def grade_pytest(
     total = len(task.expected_test_ids())
     try:
         graded_tar = grading_workspace_tar(task, workspace_tar)
+        added = added_modules(task, graded_tar)
         patch, patch_truncated = workspace_patch(task.workspace_tar(), workspace_tar)
     except TaskError as exc:
         details = {"task": task.id, "mode": "pytest", "reason": "bad workspace archive", "error": str(exc)}
@@ -246,7 +252,7 @@ async def grade_pytest(
     sandbox = await backend.create(spec)
     timings["create_s"] = round(time.perf_counter() - started, 3)
     try:
-        output, timed_out = await _run_in(sandbox, task, nonce, grader_dir, timings)
+        output, timed_out = await _run_in(sandbox, task, nonce, grader_dir, added, timings)
     finally:
         try:
             await asyncio.shield(sandbox.destroy())
@@ -260,10 +266,10 @@ async def grade_pytest(
 
 
 async def _run_in(
-    sandbox: Sandbox, task: Task, nonce: str, grader_dir: str, timings: dict[str, float]
+    sandbox: Sandbox, task: Task, nonce: str, grader_dir: str, added: list[str], timings: dict[str, float]
 ) -> tuple[str, bool]:
     staging = f".rlguard-grader-{secrets.token_hex(8)}.tar"
-    await sandbox.write_file(staging, launcher_bundle(task, nonce, grader_dir))
+    await sandbox.write_file(staging, launcher_bundle(task, grader_dir, added))
     command = run_command(task, nonce, grader_dir, f"/workspace/{staging}")
     try:
         run = await sandbox.exec(command, timeout_s=task.grading.timeout_s + _HOST_TIMEOUT_MARGIN_S)

@@ -102,3 +102,32 @@ def grading_workspace_tar(task: Task, final_workspace_tar: bytes) -> bytes:
         for _name, (info, data) in restored.items():
             dst.addfile(info, io.BytesIO(data) if data is not None else None)
     return out.getvalue()
+
+
+def _top_level_modules(names: list[str], roots: list[str]) -> set[str]:
+    """Importable top-level names directly under ``roots`` (``x.py``, ``x/__init__.py``, extensions)."""
+    found: set[str] = set()
+    for name in names:
+        for root in roots:
+            prefix = f"{root}/" if root else ""
+            if not name.startswith(prefix):
+                continue
+            rest = name[len(prefix) :].split("/")
+            if len(rest) == 1 and rest[0].endswith((".py", ".so", ".pyd")):
+                found.add(rest[0].split(".", 1)[0])
+            elif len(rest) == 2 and rest[1] == "__init__.py":
+                found.add(rest[0])
+    return found
+
+
+def added_modules(task: Task, graded_workspace_tar: bytes) -> list[str]:
+    """Top-level modules of the graded workspace that the pristine task does not have.
+
+    The launcher refuses to run when one of them would shadow a module the image provides (a new
+    ``hypothesis.py`` or ``difflib.py`` in /workspace would replace what the tests or pytest import).
+    """
+    roots = ["", *(p.strip("/") for p in task.grading.pythonpath)]
+    with tarfile.open(fileobj=io.BytesIO(graded_workspace_tar)) as tar:
+        final = [m.name for m in tar if m.isfile() or m.issym()]
+    pristine = [name for name, (info, _) in pristine_members(task).items() if not info.isdir()]
+    return sorted(_top_level_modules(final, roots) - _top_level_modules(pristine, roots))

@@ -138,6 +138,7 @@ def _cheats(task: Task) -> dict[str, dict[str, str]]:
         "pyproject addopts that deselect": {
             "pyproject.toml": "[tool.pytest.ini_options]\naddopts = \"-k 'not parameterize'\"\n"
         },
+        "new module shadowing one the image has": {"difflib.py": "def ndiff(a, b):\n    return iter(())\n"},
         "report patched at import": {"inflection/__init__.py": source + "\n" + textwrap.dedent(PATCH_PYTEST)},
     }
 
@@ -166,6 +167,8 @@ async def test_cheats_are_never_resolved(backend, tasks):
     for name in ("forcing conftest", "sitecustomize patching pytest", "edited test", "skipped tests"):
         assert by_name[name][0] is False, name
     assert by_name["exit 0 at import"][2]["reason"] == "pytest did not finish"
+    shadow = by_name["new module shadowing one the image has"][2]
+    assert shadow["reason"] == "workspace shadows installed modules" and shadow["modules"] == ["difflib"]
     # code in pytest's process is the review's job
     assert by_name["always-equal return"][1] and by_name["report patched at import"][1]
 

@@ -9,7 +9,10 @@ file sets up. In order:
    a plugin the agent declared in a ``*.dist-info`` of its own never does;
 2. the report file (outside /workspace) is opened, and the report plugin is handed to
    ``pytest.main(plugins=...)``, so it is registered before any conftest or test module loads;
-3. the workspace goes first on ``sys.path`` (and into ``PYTHONPATH`` for subprocesses), as with
+3. a top-level module the agent added that the image also provides (a new ``hypothesis.py`` or
+   ``difflib.py`` that would replace what the tests or pytest import) stops the run: the report
+   names it and the host scores zero;
+4. the workspace goes first on ``sys.path`` (and into ``PYTHONPATH`` for subprocesses), as with
    ``python -m pytest`` from the repository root, and pytest runs the test files.
 
 The report has one JSON line per test (written at teardown, flushed, so a run cut short keeps what
@@ -17,9 +20,11 @@ finished), the collection errors, pytest's own exit status at session end, and t
 record. Only the standard library and pytest are used: this file is copied into the container.
 """
 
+import importlib.util
 import json
 import os
 import sys
+from importlib.metadata import entry_points
 
 
 class ReportPlugin:
@@ -63,18 +68,32 @@ class ReportPlugin:
         self._write({"kind": "end", "exitstatus": int(exitstatus)})
 
 
+def _in_image(name):
+    """Whether the image (stdlib or site-packages) provides ``name``: found before the workspace
+    is on sys.path, and not a built-in (which no file can shadow)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    return spec is not None and spec.origin not in ("built-in", "frozen")
+
+
 def main(config_path):
     with open(config_path) as fh:
         config = json.load(fh)
-    from importlib.metadata import entry_points
-
     image_plugins = sorted({ep.module for ep in entry_points(group="pytest11")})
+    shadowing = [name for name in config["added_modules"] if _in_image(name)]
     workspace = config["workspace"]
     paths = [workspace, *(os.path.join(workspace, rel) for rel in config["pythonpath"])]
     sys.path[:0] = paths
     os.environ["PYTHONPATH"] = os.pathsep.join(paths)
     os.chdir(workspace)
     report = open(config["report"], "w", buffering=1)  # noqa: SIM115 (open for the whole run)
+    if shadowing:
+        report.write(json.dumps({"kind": "shadow", "modules": shadowing}) + "\n")
+        report.write(json.dumps({"kind": "exit", "rc": 4}) + "\n")
+        report.close()
+        os._exit(4)
     plugin = ReportPlugin(report)
     import pytest
 
