@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from sandbox.base import SandboxError, SandboxSpec
 from tasks.errors import TaskError
 from tasks.grading.patch import workspace_patch
-from tasks.grading.pytest_workspace import added_modules, grading_workspace_tar
+from tasks.grading.pytest_workspace import added_modules, grading_workspace_tar, pristine_members
 
 if TYPE_CHECKING:
     from sandbox.base import Sandbox, SandboxBackend
@@ -233,8 +233,9 @@ async def grade_pytest(
     started = time.perf_counter()
     total = len(task.expected_test_ids())
     try:
-        graded_tar = grading_workspace_tar(task, workspace_tar)
-        added = added_modules(task, graded_tar)
+        pristine = pristine_members(task)
+        graded_tar = grading_workspace_tar(task, workspace_tar, pristine)
+        added = added_modules(task, graded_tar, pristine)
         patch, patch_truncated = workspace_patch(task.workspace_tar(), workspace_tar)
     except TaskError as exc:
         details = {"task": task.id, "mode": "pytest", "reason": "bad workspace archive", "error": str(exc)}

@@ -26,9 +26,12 @@ if TYPE_CHECKING:
 MAX_GRADING_WORKSPACE_BYTES = 256 * 1024 * 1024
 
 
-def pristine_members(task: Task) -> dict[str, tuple[tarfile.TarInfo, bytes | None]]:
+Members = dict[str, tuple[tarfile.TarInfo, bytes | None]]
+
+
+def pristine_members(task: Task) -> Members:
     """The task's pristine tree (workspace at base plus ``hidden/``, the test patch) by member name."""
-    members: dict[str, tuple[tarfile.TarInfo, bytes | None]] = {}
+    members: Members = {}
     with tarfile.open(fileobj=io.BytesIO(task.workspace_tar())) as tar:
         for member in tar:
             name = clean_name(member.name)
@@ -61,10 +64,10 @@ def _parents(name: str) -> list[str]:
     return ["/".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def grading_workspace_tar(task: Task, final_workspace_tar: bytes) -> bytes:
+def grading_workspace_tar(task: Task, final_workspace_tar: bytes, pristine: Members | None = None) -> bytes:
     """The final workspace with protected paths pristine and dropped paths gone (module docstring)."""
     extra = task.protected_extra()
-    pristine = pristine_members(task)
+    pristine = pristine_members(task) if pristine is None else pristine
     restored = {name: entry for name, entry in pristine.items() if is_protected(name, extra)}
     needed_dirs = {parent for name in restored for parent in _parents(name)}
     out = io.BytesIO()
@@ -120,7 +123,7 @@ def _top_level_modules(names: list[str], roots: list[str]) -> set[str]:
     return found
 
 
-def added_modules(task: Task, graded_workspace_tar: bytes) -> list[str]:
+def added_modules(task: Task, graded_workspace_tar: bytes, pristine: Members | None = None) -> list[str]:
     """Top-level modules of the graded workspace that the pristine task does not have.
 
     The launcher refuses to run when one of them would shadow a module the image provides (a new
@@ -129,5 +132,6 @@ def added_modules(task: Task, graded_workspace_tar: bytes) -> list[str]:
     roots = ["", *(p.strip("/") for p in task.grading.pythonpath)]
     with tarfile.open(fileobj=io.BytesIO(graded_workspace_tar)) as tar:
         final = [m.name for m in tar if m.isfile() or m.issym()]
-    pristine = [name for name, (info, _) in pristine_members(task).items() if not info.isdir()]
-    return sorted(_top_level_modules(final, roots) - _top_level_modules(pristine, roots))
+    members = pristine_members(task) if pristine is None else pristine
+    files = [name for name, (info, _) in members.items() if not info.isdir()]
+    return sorted(_top_level_modules(final, roots) - _top_level_modules(files, roots))
