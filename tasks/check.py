@@ -2,14 +2,18 @@
 
 ``check_suite``: every task's reference solution must score 1.0 and its untouched workspace less,
 graded exactly as ``finish`` grades (a task that fails this would teach a policy nothing, or the
-wrong thing). ``bench_grading``: ``pytest``-mode grading against plain pytest of the same test
-files in a container of the same image, both timed from container start to removal.
+wrong thing), and the solution's patch must pass the guard's review (``review``, when given: a gold
+patch the review calls tampering would score 0 in ``finish``).
+
+``bench_grading``: ``pytest``-mode grading against plain pytest of the same test files in a
+container of the same image, both timed from container start to removal.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tasks.grading.baseline import plain_pytest
@@ -18,13 +22,19 @@ from tasks.grading.pytest_workspace import grading_workspace_tar
 from tasks.workspaces import solution_workspace
 
 if TYPE_CHECKING:
+    from guard.review import PatchReview
     from sandbox.base import SandboxBackend
     from sandbox.settings import SandboxLimits
     from tasks.spec import Task
 
 
 async def check_task(
-    backend: SandboxBackend, task: Task, *, image: str = "", limits: SandboxLimits | None = None
+    backend: SandboxBackend,
+    task: Task,
+    *,
+    image: str = "",
+    limits: SandboxLimits | None = None,
+    review: Callable[[str], PatchReview] | None = None,
 ) -> dict[str, Any]:
     """One task: solution reward (must be 1.0), untouched reward (must be < 1.0), and why not."""
     row: dict[str, Any] = {"task": task.id, "mode": task.grading.mode}
@@ -42,14 +52,25 @@ async def check_task(
         )
     if untouched.reward >= 1.0:
         problems.append("the untouched workspace already scores 1.0")
+    patch = solved.details.get("patch")
+    if review is not None and isinstance(patch, str):
+        verdict = review(patch)
+        if verdict.tampering:
+            rules = sorted({f.rule_id for f in verdict.findings})
+            problems.append(f"the guard's review calls the solution's patch tampering ({', '.join(rules)})")
     return {**row, "ok": not problems, "problem": "; ".join(problems)}
 
 
 async def check_suite(
-    backend: SandboxBackend, tasks: list[Task], *, image: str = "", limits: SandboxLimits | None = None
+    backend: SandboxBackend,
+    tasks: list[Task],
+    *,
+    image: str = "",
+    limits: SandboxLimits | None = None,
+    review: Callable[[str], PatchReview] | None = None,
 ) -> list[dict[str, Any]]:
     """``check_task`` for every task, in order."""
-    return [await check_task(backend, task, image=image, limits=limits) for task in tasks]
+    return [await check_task(backend, task, image=image, limits=limits, review=review) for task in tasks]
 
 
 async def bench_grading(

@@ -69,17 +69,26 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         suite: str = typer.Argument(..., help="A built-in suite name or a suite directory"),
         as_json: bool = typer.Option(False, "--json", help="Print JSON"),
     ) -> None:
-        """Every task loads, its solution scores 1.0 and its untouched workspace less (real grading)."""
+        """Every task loads, its solution scores 1.0 (and passes the guard's patch review), untouched less."""
+        from guard.review import PatchReview, review_patch
+        from guard.rules import RuleEngine
+        from guard.settings import GuardEnv
         from tasks.check import check_suite
         from tasks.spec import load_suite
 
         tasks = load_suite(suite)
 
         env = SandboxEnv()
+        guard = GuardEnv().guard
+
+        def review(patch: str) -> PatchReview:
+            return review_patch(patch, RuleEngine.from_settings(guard))
 
         async def run() -> list[dict[str, Any]]:
             async with local_backend(env) as backend:
-                return await check_suite(backend, tasks, image=env.sandbox.image, limits=env.sandbox.limits)
+                return await check_suite(
+                    backend, tasks, image=env.sandbox.image, limits=env.sandbox.limits, review=review
+                )
 
         rows = asyncio.run(run())
         if as_json:
