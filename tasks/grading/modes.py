@@ -9,7 +9,8 @@ sandbox image (a task's own image wins), ``limits`` the base sandbox limits.
 Built in: ``isolated`` (authored hidden tests, workspace code behind proxies; ``tasks.grading.grade``)
 and ``pytest`` (the project's own suite as its developers run it; ``tasks.grading.pytest_mode``).
 A task's mode-specific fields are checked when its suite loads (``tasks.spec``), not here, so a task
-that cannot be graded is refused before an episode is played on it.
+that cannot be graded is refused before an episode is played on it; a new mode therefore adds its
+name to ``GradingSpec.mode`` (and its checks to the loader) as well as registering here.
 """
 
 from __future__ import annotations
