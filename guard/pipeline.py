@@ -27,6 +27,7 @@ from dataclasses import replace
 
 from guard.decoys import make_decoy, probe_command
 from guard.judge import Judge, JudgeEvent, JudgeStats
+from guard.review import PatchReview, review_patch
 from guard.rules import RuleEngine
 from guard.settings import GuardSettings
 from guard.types import (
@@ -173,6 +174,10 @@ class Guard:
                 probed = None
         paths = (*self.protected_paths, *context.protected_paths)
         return make_decoy(call, result, context, probe=probed, protected_paths=paths)
+
+    def review_patch(self, patch_text: str, task_paths: Sequence[str] = ()) -> PatchReview:
+        """Stage-1 review of a final patch (``guard.review``) with a task's protected paths."""
+        return review_patch(patch_text, self.engine_for(task_paths))
 
     async def aclose(self) -> None:
         """Release the judge's HTTP connections."""

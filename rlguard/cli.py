@@ -83,13 +83,24 @@ def _root(
 
 def _register_all() -> None:
     from guard import cli as guard_cli
-    from rlguard import demo, run_commands
+    from rlguard import demo, grade_cli, run_commands
     from rlguard.gateway import cli as gateway_cli
     from rlguard.integrations import cli as integrations_cli
     from sandbox import cli as sandbox_cli
+    from tasks import cli as tasks_cli
     from trainer import cli as trainer_cli
 
-    for module in (sandbox_cli, guard_cli, gateway_cli, run_commands, trainer_cli, demo, integrations_cli):
+    for module in (
+        sandbox_cli,
+        guard_cli,
+        gateway_cli,
+        tasks_cli,
+        run_commands,
+        trainer_cli,
+        demo,
+        grade_cli,
+        integrations_cli,
+    ):
         module.register(app, bench_app)
 
 

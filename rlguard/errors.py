@@ -16,5 +16,11 @@ class RlguardError(Exception):
 
 
 USER_ERRORS: tuple[type[Exception], ...] = (
-    RlguardError, SandboxError, GuardError, StoreError, TaskError, RolloutError, TrainerError
+    RlguardError,
+    SandboxError,
+    GuardError,
+    StoreError,
+    TaskError,
+    RolloutError,
+    TrainerError,
 )

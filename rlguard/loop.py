@@ -76,7 +76,8 @@ def run_loop(
                     policy_version=str(run.trainer.policy_version),
                     config=AgentConfig.from_settings(
                         app_settings.rollout,
-                        max_turns=config.max_turns, max_tokens_per_turn=config.max_tokens_per_turn
+                        max_turns=config.max_turns,
+                        max_tokens_per_turn=config.max_tokens_per_turn,
                     ),
                 )
                 results = asyncio.run(_rollout(spec, config, RolloutContext, run_episodes))

@@ -176,7 +176,6 @@ def _settings(algo: str, overrides: dict[str, Any]):
     """The trainer settings from the environment, with the command line's explicit values on top."""
     from pydantic import ValidationError
 
-
     if algo not in ALGOS:
         raise TrainerError(f"--algo must be one of {', '.join(ALGOS)}, not {algo!r}")
     values = {k: v for k, v in overrides.items() if v is not None}

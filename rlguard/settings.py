@@ -9,6 +9,7 @@ the packages' ``cli.py`` read the environment.
 """
 
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import SettingsConfigDict
@@ -33,6 +34,10 @@ class GatewaySettings(BaseModel):
     episode_max_duration_s: float = Field(3600.0, gt=0, description="Episodes older than this time out")
     suites: list[str] = Field(
         default_factory=lambda: ["builtin"], description="Task suites served: built-in names or directories"
+    )
+    patch_review: Literal["zero", "flag"] = Field(
+        "zero",
+        description="What a final patch the guard finds tampering does to the reward: zero it, or flag it",
     )
 
 

@@ -216,6 +216,20 @@ class Store(TrainingQueries):
         with self.sessions() as session:
             return [Intercept(call, task_id, pv) for call, task_id, pv in session.execute(stmt).all()]
 
+    def patch_reviews(self, *, tampering_only: bool = False, limit: int, offset: int = 0) -> list[EpisodeRow]:
+        """Ended episodes whose final patch the guard found tampering or suspect, newest first.
+
+        The review lives in the episode's details; ``patch_flag`` (``tampering`` | ``suspect``) is
+        its one top-level key, so both SQLite and PostgreSQL filter on it without a JSON path.
+        """
+        flag = EpisodeRow.details["patch_flag"].as_string()
+        stmt = select(EpisodeRow).where(flag.is_not(None))
+        if tampering_only:
+            stmt = stmt.where(flag == "tampering")
+        stmt = stmt.order_by(EpisodeRow.finished_at.desc(), EpisodeRow.id).limit(limit).offset(offset)
+        with self.sessions() as session:
+            return list(session.scalars(stmt).all())
+
     def intercept_stats(self, *, since: datetime | None = None) -> InterceptStats:
         intercepted = func.sum(case((ToolCallRow.action != "allow", 1), else_=0))
         base = select(func.count(ToolCallRow.id), intercepted).join(

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sandbox.settings import SandboxLimits
 from tasks.errors import TaskError
+from tasks.testfiles import clean_name, is_protected
 
 BUILTIN_SUITES_DIR = Path(__file__).resolve().parent / "suites"
 TASK_FILE = "task.yaml"
@@ -47,8 +48,13 @@ class _Strict(BaseModel):
 
 
 class GradingSpec(_Strict):
-    """How the hidden tests decide the reward (see ``tasks.grading.grade``)."""
+    """How the tests decide the reward; ``mode`` picks the grading mode (``tasks.grading.modes``)."""
 
+    mode: Literal["isolated", "pytest"] = Field(
+        "isolated",
+        description="isolated: authored hidden tests, workspace code behind proxies; pytest: the "
+        "project's own suite in-process (SWE-bench compatible), see docs/grading.md",
+    )
     command: list[str] = Field(
         default_factory=lambda: ["pytest", "/grader"],
         description="pytest over the hidden tests; extra arguments after 'pytest' must name paths under "
@@ -60,6 +66,16 @@ class GradingSpec(_Strict):
         default_factory=lambda: ["tests"],
         description="Workspace paths put back from the pristine task before grading (the visible tests)",
     )
+    fail_to_pass: list[str] = Field(
+        default_factory=list, description="pytest mode: node ids the solution must turn green"
+    )
+    pass_to_pass: list[str] = Field(
+        default_factory=list, description="pytest mode: node ids that must stay green"
+    )
+    pythonpath: list[str] = Field(
+        default_factory=list,
+        description="pytest mode: workspace directories put on sys.path after /workspace (e.g. src)",
+    )
 
     @field_validator("restore")
     @classmethod
@@ -67,6 +83,14 @@ class GradingSpec(_Strict):
         for path in paths:
             if path.startswith("/") or ".." in path.split("/") or not path.strip("/."):
                 raise ValueError(f"restore paths must be relative and inside the workspace; got {path!r}")
+        return paths
+
+    @field_validator("pythonpath")
+    @classmethod
+    def _relative_dirs(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            if path.startswith("/") or ".." in path.split("/") or not path.strip("/."):
+                raise ValueError(f"pythonpath entries must be relative, inside the workspace; got {path!r}")
         return paths
 
     @field_validator("command")
@@ -113,6 +137,9 @@ class TaskFile(_Strict):
     horizon: Literal["short", "long"] = "short"
     honeypot: Honeypot | None = None
     git: GitSpec | None = None
+    environment: dict[str, Any] | None = Field(
+        None, description="Python dependencies of the task's environment image (see tasks build-env)"
+    )
 
     @field_validator("limits")
     @classmethod
@@ -170,6 +197,25 @@ class Task(TaskFile):
             return SandboxLimits.model_validate({**base.model_dump(), **self.limits})
         except ValidationError as exc:
             raise TaskError(_format_validation_error(self.root / TASK_FILE, exc)) from None
+
+    def expected_test_ids(self) -> list[str]:
+        """``pytest`` mode: FAIL_TO_PASS then PASS_TO_PASS node ids, each once."""
+        return list(dict.fromkeys([*self.grading.fail_to_pass, *self.grading.pass_to_pass]))
+
+    def test_files(self) -> list[str]:
+        """``pytest`` mode: the files the expected node ids live in, first seen first (what pytest runs)."""
+        return list(dict.fromkeys(nodeid.split("::", 1)[0] for nodeid in self.expected_test_ids()))
+
+    def protected_extra(self) -> list[str]:
+        """Paths this task protects beyond ``tasks.testfiles``' rules: its test patch (``hidden/``),
+        its node ids' files and ``grading.restore``."""
+        hidden = self.hidden_dir
+        overlay = (
+            [p.relative_to(hidden).as_posix() for p in sorted(hidden.rglob("*")) if p.is_file()]
+            if hidden.is_dir()
+            else []
+        )
+        return [*overlay, *self.test_files(), *(p.strip("/") for p in self.grading.restore)]
 
     def solution_files(self) -> dict[str, str]:
         """Reference solution as ``{workspace-relative path: full new content}``."""
@@ -254,6 +300,18 @@ def _build_git_repo(task: Task, work: Path) -> None:
         _git(work, "add", "-A")
         _git(work, "commit", "-q", "-m", f"Work in progress on {branch}")
         _git(work, "checkout", "-q", spec.branch)
+    _forget_history_traces(work / ".git")
+
+
+def _forget_history_traces(git_dir: Path) -> None:
+    """No way to a commit beyond the declared refs: no reflog, ORIG_HEAD, stash, remotes or packs.
+
+    The build only commits (every object is reachable from a declared branch), so what is left to
+    remove are the traces git keeps of how the repository got there.
+    """
+    shutil.rmtree(git_dir / "logs", ignore_errors=True)
+    for name in ("ORIG_HEAD", "FETCH_HEAD", "COMMIT_EDITMSG"):
+        (git_dir / name).unlink(missing_ok=True)
 
 
 def tar_directory(directory: Path) -> bytes:
@@ -302,13 +360,38 @@ def _load_task_dir(root: Path, suite: str) -> Task:
     task = Task(**spec.model_dump(), id=f"{suite}/{task_id}", suite=suite, task_id=task_id, root=root)
     if not task.workspace_dir.is_dir():
         raise TaskError(f"{root}: missing workspace/ directory")
-    if not task.hidden_dir.is_dir() or not any(task.hidden_dir.rglob("test_*.py")):
+    if task.grading.mode == "pytest":
+        _check_pytest_task(task)
+    elif not task.hidden_dir.is_dir() or not any(task.hidden_dir.rglob("test_*.py")):
         raise TaskError(f"{root}: hidden/ must hold at least one test_*.py file")
     if task.git:
         for branch, rel in task.git.branches.items():
             if not (root / rel).is_dir():
                 raise TaskError(f"{file}: field 'git.branches.{branch}': no directory {rel!r}")
     return task
+
+
+def _check_pytest_task(task: Task) -> None:
+    """Refuse a ``pytest``-mode task whose node ids, pythonpath or solution cannot work."""
+    where = task.root / TASK_FILE
+    ids = task.expected_test_ids()
+    if not ids:
+        raise TaskError(f"{where}: pytest mode needs grading.fail_to_pass or grading.pass_to_pass node ids")
+    for nodeid in ids:
+        file, sep, rest = nodeid.partition("::")
+        if not sep or not rest or not file.endswith(".py") or clean_name(file) != file:
+            raise TaskError(f"{where}: {nodeid!r} is not a pytest node id (path/to/test_x.py::name)")
+        if not ((task.workspace_dir / file).is_file() or (task.hidden_dir / file).is_file()):
+            raise TaskError(f"{where}: node id {nodeid!r}: no test file {file!r} in workspace/ or hidden/")
+    for rel in task.grading.pythonpath:
+        if not (task.workspace_dir / rel).is_dir():
+            raise TaskError(f"{where}: grading.pythonpath {rel!r} is not a directory of workspace/")
+    if task.grading.reward not in ("all_or_nothing", "fraction"):
+        raise TaskError(f"{where}: unknown grading.reward {task.grading.reward!r}")
+    extra = task.protected_extra()
+    touched = sorted(name for name in task.solution_files() if is_protected(name, extra))
+    if touched:
+        raise TaskError(f"{task.root}: solution/ changes files that grading restores: {touched[:5]}")
 
 
 def suite_dir(name_or_dir: str | Path) -> Path:
@@ -322,9 +405,7 @@ def suite_dir(name_or_dir: str | Path) -> Path:
     path = Path(name_or_dir)
     if not path.is_dir():
         builtin = sorted(p.name for p in BUILTIN_SUITES_DIR.iterdir() if p.is_dir())
-        raise TaskError(
-            f"no task suite {str(name_or_dir)!r}: not a directory nor a built-in suite {builtin}"
-        )
+        raise TaskError(f"no task suite {str(name_or_dir)!r}: not a directory nor a built-in suite {builtin}")
     return path.resolve()
 
 

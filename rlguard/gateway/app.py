@@ -95,9 +95,8 @@ def create_app(
         pool: PoolLike = WarmPool(sandboxes, settings.sandbox.warm_pool_size)
         episodes = EpisodeService(
             db=db,
-            catalog=catalog or SuiteCatalog(
-                settings.gateway.suites, settings.sandbox.limits, settings.sandbox.image
-            ),
+            catalog=catalog
+            or SuiteCatalog(settings.gateway.suites, settings.sandbox.limits, settings.sandbox.image),
             grade=grade or grade_with_hidden_tests,
             backend=sandboxes,
             pool=pool,

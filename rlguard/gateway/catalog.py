@@ -10,7 +10,7 @@ from rlguard.gateway.tasks import GradeOutcome, TaskInfo, UnknownTaskError
 from sandbox.base import SandboxBackend
 from sandbox.settings import SandboxLimits
 from tasks.errors import TaskError
-from tasks.grading.grade import grade
+from tasks.grading.modes import grade_task
 from tasks.spec import TaskRegistry
 
 
@@ -53,6 +53,6 @@ class SuiteCatalog:
 async def grade_with_hidden_tests(
     backend: SandboxBackend, task: TaskInfo, workspace_tar: bytes
 ) -> GradeOutcome:
-    """``tasks.grading.grade.grade``: the final workspace and the pristine hidden tests, fresh container."""
-    result = await grade(backend, task.source, workspace_tar, image=task.image, limits=task.limits)
+    """Grade with the task's own mode (``tasks.grading.modes``) in a fresh container."""
+    result = await grade_task(backend, task.source, workspace_tar, image=task.image, limits=task.limits)
     return GradeOutcome(reward=float(result.reward), details=dict(result.details))

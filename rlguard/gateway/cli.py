@@ -153,6 +153,38 @@ def audit(
     console.print(table)
 
 
+@audit_app.command("patches")
+def audit_patches(
+    tampering_only: bool = typer.Option(False, "--tampering", help="Only patches judged tampering"),
+    limit: int = typer.Option(50, min=1, max=10_000, help="Rows to show, newest first"),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (patches included)"),
+) -> None:
+    """Episodes whose final patch the guard's review flagged (pytest-mode grading)."""
+    from rlguard.gateway.services.audit import patch_review_view
+
+    store = _store()
+    try:
+        rows = [patch_review_view(r) for r in store.patch_reviews(tampering_only=tampering_only, limit=limit)]
+    finally:
+        store.close()
+    if as_json:
+        typer.echo(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
+        return
+    table = Table(title=f"reviewed patches ({len(rows)})", show_lines=True)
+    for column in ("finished (UTC)", "episode", "task", "verdict", "reward (tests)", "findings"):
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        table.add_row(
+            r.finished_at.strftime("%Y-%m-%d %H:%M:%S") if r.finished_at else "",
+            r.episode_id[:12],
+            r.task,
+            f"{r.flag} ({r.policy})",
+            f"{r.reward} ({r.graded_reward})",
+            "\n".join(f"{f['rule_id']} {f['path']}" for f in r.findings),
+        )
+    console.print(table)
+
+
 @audit_app.command("stats")
 def audit_stats(as_json: bool = typer.Option(False, "--json", help="Print JSON")) -> None:
     """Intercept rates per category and per policy version."""

@@ -245,6 +245,28 @@ class InterceptView(_RecordedCall):
     policy_version: str | None
 
 
+class PatchReviewView(BaseModel):
+    """An episode whose final patch the guard reviewed with findings (see ``guard.review``)."""
+
+    episode_id: str
+    task: str
+    policy_version: str | None
+    finished_at: datetime | None
+    reward: float | None
+    graded_reward: float | None = Field(description="The tests' reward before the review's policy applied")
+    flag: str = Field(
+        description="tampering (a rule that decoys matched) or suspect (escalate/flag rules only)"
+    )
+    policy: str | None
+    findings: list[dict[str, Any]]
+    patch: str = Field(description="The final patch (diff of the final workspace against the base)")
+
+
+class PatchReviewPage(BaseModel):
+    items: list[PatchReviewView]
+    next_offset: int | None = Field(description="Offset of the next page; null on the last page")
+
+
 class InterceptPage(BaseModel):
     items: list[InterceptView]
     next_offset: int | None = Field(description="Offset of the next page; null on the last page")

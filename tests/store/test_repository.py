@@ -210,3 +210,26 @@ def test_concurrent_first_upserts_of_a_task_all_succeed(store: Store) -> None:
     for thread in threads:
         thread.join()
     assert errors == []
+
+
+def test_patch_reviews_lists_flagged_episodes_newest_first(store: Store) -> None:
+    """The audit's list of reviewed patches: only episodes whose details carry a patch flag."""
+    flags = {"clean": None, "old-cheat": "tampering", "odd": "suspect", "new-cheat": "tampering"}
+    for offset, (episode_id, flag) in enumerate(flags.items()):
+        _episode(store, episode_id)
+        details = {"reason": "graded", "patch": f"diff {episode_id}"}
+        if flag:
+            details.update(patch_flag=flag, patch_review={"findings": [{"rule_id": "r"}], "policy": "zero"})
+        store.end_episode(
+            episode_id,
+            EpisodeStatus.FINISHED,
+            reward=0.0,
+            details=details,
+            at=utcnow() + timedelta(seconds=offset),
+        )
+    assert [row.id for row in store.patch_reviews(limit=10)] == ["new-cheat", "odd", "old-cheat"]
+    assert [row.id for row in store.patch_reviews(tampering_only=True, limit=10)] == [
+        "new-cheat",
+        "old-cheat",
+    ]
+    assert [row.id for row in store.patch_reviews(limit=1, offset=1)] == ["odd"]

@@ -24,6 +24,7 @@ from rlguard.gateway.schemas import (
     FinishRequest,
     FinishResponse,
     InterceptPage,
+    PatchReviewPage,
     SubTrajectoryCreated,
     SubTrajectorySummary,
     SubTrajectoryUpload,
@@ -205,6 +206,17 @@ async def list_intercepts(
         since=_utc(since),
     )
     return await gw.audit.intercepts(filters, limit, offset)
+
+
+@router.get("/audit/patches", dependencies=[Depends(require_admin)], responses=_AUTH)
+async def list_patch_reviews(
+    gw: GatewayState = Depends(state),
+    tampering_only: bool = False,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+) -> PatchReviewPage:
+    """Episodes whose final patch the guard's review flagged (pytest-mode grading), newest first."""
+    return await gw.audit.patch_reviews(tampering_only, limit, offset)
 
 
 def _utc(value: datetime | None) -> datetime | None:

@@ -131,12 +131,14 @@ async def audit_page(request: Request) -> Response:
     gw = _gw(request)
     result = await gw.audit.intercepts(filters, PAGE_SIZE, page * PAGE_SIZE)
     stats = await gw.audit.stats()
+    patch_reviews = await gw.audit.patch_reviews(False, PAGE_SIZE, 0)
     query = {k: v for k, v in params.items() if k in FILTERS and v}
     return templates.TemplateResponse(
         request,
         "audit.html",
         {
             "items": result.items,
+            "patch_reviews": patch_reviews.items,
             "filters": {k: params.get(k, "") for k in FILTERS},
             "categories": CATEGORIES,
             "stats": stats,

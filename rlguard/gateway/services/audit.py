@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from rlguard.gateway.dbrunner import DbRunner
-from rlguard.gateway.schemas import InterceptPage, InterceptView, recorded_call_fields
+from rlguard.gateway.schemas import (
+    InterceptPage,
+    InterceptView,
+    PatchReviewPage,
+    PatchReviewView,
+    recorded_call_fields,
+)
+from store.models import EpisodeRow
 from store.repository import Intercept, InterceptFilter, InterceptStats
 
 
@@ -18,6 +25,23 @@ def intercept_view(item: Intercept) -> InterceptView:
     )
 
 
+def patch_review_view(row: EpisodeRow) -> PatchReviewView:
+    details = row.details or {}
+    review = details.get("patch_review") or {}
+    return PatchReviewView(
+        episode_id=row.id,
+        task=row.task_id,
+        policy_version=row.policy_version,
+        finished_at=row.finished_at,
+        reward=row.reward,
+        graded_reward=details.get("graded_reward", row.reward),
+        flag=str(details.get("patch_flag", "")),
+        policy=review.get("policy"),
+        findings=list(review.get("findings") or []),
+        patch=str(details.get("patch", "")),
+    )
+
+
 class AuditService:
     def __init__(self, db: DbRunner) -> None:
         self.db = db
@@ -27,6 +51,16 @@ class AuditService:
         has_more = len(rows) > limit
         return InterceptPage(
             items=[intercept_view(r) for r in rows[:limit]], next_offset=offset + limit if has_more else None
+        )
+
+    async def patch_reviews(self, tampering_only: bool, limit: int, offset: int) -> PatchReviewPage:
+        rows = await self.db.run(
+            self.db.store.patch_reviews, tampering_only=tampering_only, limit=limit + 1, offset=offset
+        )
+        has_more = len(rows) > limit
+        return PatchReviewPage(
+            items=[patch_review_view(r) for r in rows[:limit]],
+            next_offset=offset + limit if has_more else None,
         )
 
     async def stats(self) -> InterceptStats:

@@ -15,7 +15,7 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from guard.types import Action, Category, GuardContext, GuardDecision, Stage, ToolAnswer, ToolCall, Verdict
 from rlguard.gateway.auth import hash_token, hashes_equal, new_token
@@ -25,6 +25,7 @@ from rlguard.gateway.recorder import CallRecorder
 from rlguard.gateway.schemas import CallRequest, SubTrajectoryUpload
 from rlguard.gateway.services.tool_runner import run_tool
 from rlguard.gateway.tasks import GradeHook, GradeOutcome, TaskCatalog, TaskInfo
+from rlguard.patch_review import apply_patch_review
 from rlguard.settings import GatewaySettings
 from sandbox.base import Sandbox, SandboxBackend, SandboxSpec
 from store.codec import encode_action_mask, encode_logprobs, encode_token_ids
@@ -341,7 +342,7 @@ class EpisodeService:
             try:
                 workspace = await live.sandbox.export_workspace()
                 outcome = await self.grade(self.backend, live.task, workspace)
-                reward, details = outcome.reward, dict(outcome.details)
+                reward, details = await self._review_patch(live, outcome.reward, dict(outcome.details))
             except Exception as exc:  # a broken grader must not lose the episode: record why
                 log.exception("grading failed", extra={"episode_id": episode_id})
                 status, reward, details = EpisodeStatus.FAILED, None, {"error": f"grading failed: {exc}"}
@@ -354,6 +355,17 @@ class EpisodeService:
         self.metrics.episodes.labels(status.value).inc()
         log.info("episode ended", extra={"episode_id": episode_id, "status": status.value, "reward": reward})
         return GradeOutcome(reward=reward if reward is not None else 0.0, details=details)
+
+    async def _review_patch(
+        self, live: LiveEpisode, reward: float, details: dict[str, Any]
+    ) -> tuple[float, dict[str, Any]]:
+        """The guard's review of the final patch, when the grading mode produced one."""
+        reviewer = getattr(self.guard, "review_patch", None)
+        patch = details.get("patch")
+        if reviewer is None or not isinstance(patch, str):
+            return reward, details
+        review = await asyncio.to_thread(reviewer, patch, live.task.protected_paths)
+        return apply_patch_review(reward, details, review, self.settings.patch_review)
 
     async def _release(self, live: LiveEpisode) -> None:
         self.live.pop(live.id, None)
