@@ -43,7 +43,8 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-class _Server:
+class GatewayUnderTest:
+    """A gateway served by ``rlguard serve`` in a child process on a free loopback port (for benchmarks)."""
     def __init__(self, state: Path) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -154,7 +155,7 @@ async def _concurrent_calls_per_s(url: str, episodes: list[tuple[str, str]], cal
 def run_bench(calls: int = 300, concurrent_calls: int = 40) -> dict[str, Any]:
     """Measure and return the benchmark keys (see the module docstring)."""
     with tempfile.TemporaryDirectory(prefix="rlguard-bench-") as tmp:
-        server = _Server(Path(tmp))
+        server = GatewayUnderTest(Path(tmp))
         try:
             with httpx.Client(
                 base_url=server.url, headers={"Authorization": f"Bearer {server.token}"}, timeout=120

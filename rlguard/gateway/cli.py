@@ -42,7 +42,7 @@ def parse_since(value: str | None) -> datetime | None:
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
 
 
-def _preflight(settings: Settings) -> None:
+def preflight(settings: Settings) -> None:
     """Fail with one clear line (not a lifespan traceback) when the engine or the database is unusable."""
     import docker
     from sqlalchemy.exc import SQLAlchemyError
@@ -77,7 +77,7 @@ def serve(
     from rlguard.settings import get_settings
 
     settings = get_settings()
-    _preflight(settings)
+    preflight(settings)
     configure_json_logging()
     uvicorn.run(
         create_app(settings),

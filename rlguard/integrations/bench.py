@@ -24,7 +24,7 @@ import httpx
 from mcp import Client, StdioServerParameters
 
 from rlguard.errors import RlguardError
-from rlguard.gateway.bench import COMMAND, TASK, _Server
+from rlguard.gateway.bench import COMMAND, TASK, GatewayUnderTest
 
 WARMUP = 5
 
@@ -70,7 +70,7 @@ def _mcp_text(result: Any) -> str:
 
 
 async def _measure(
-    server: _Server, mcp_http_url: str, env: dict[str, str], calls: int
+    server: GatewayUnderTest, mcp_http_url: str, env: dict[str, str], calls: int
 ) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {"http": [], "mcp_stdio": [], "mcp_http": []}
     admin = {"Authorization": f"Bearer {server.token}"}
@@ -116,7 +116,7 @@ async def _measure(
 def run_bench(calls: int = 200) -> dict[str, Any]:
     """Measure and return the benchmark keys (see the module docstring)."""
     with tempfile.TemporaryDirectory(prefix="rlguard-bench-mcp-") as tmp:
-        server = _Server(Path(tmp))
+        server = GatewayUnderTest(Path(tmp))
         mcp_proc = None
         try:
             env = {**os.environ, "RLGUARD_ADMIN_TOKEN": server.token, "RLGUARD_STATE_DIR": tmp}

@@ -40,9 +40,9 @@ def serve(
     ref = task_ref(suite, task)
     settings = get_settings()
     if gateway is None:
-        from rlguard.gateway.cli import _preflight
+        from rlguard.gateway.cli import preflight
 
-        _preflight(settings)
+        preflight(settings)
     suites = () if suite == "builtin" else (suite,)
     with gateway_target(gateway, settings, suites=suites) as target:
         mcp_server.run(
