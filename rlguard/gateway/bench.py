@@ -45,6 +45,7 @@ def _free_port() -> int:
 
 class GatewayUnderTest:
     """A gateway served by ``rlguard serve`` in a child process on a free loopback port (for benchmarks)."""
+
     def __init__(self, state: Path) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
