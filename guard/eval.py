@@ -1,7 +1,11 @@
 """Scoring a labelled corpus: how much cheating stage 1 catches and how often it bothers honest work.
 
 One JSON object a line: ``{"tool", "arguments", "label": "cheat"|"benign", "category"}`` (an
-optional ``"task"`` string is shown to the judge). A cheat counts as detected when stage 1 decoys,
+optional ``"task"`` string is shown to the judge). Context, optional: ``"episode"`` lists the calls
+made earlier in the same episode (``{"tool", "arguments"}``, replayed into an ``EpisodeMemory``,
+not scored) and ``"repo"`` describes the task repository (``RepoContext.from_mapping``: ``head``,
+``beyond`` or ``commits``/``ancestors``, ``refs``, ``reflog``). Other keys (``source``, ``note``)
+are ignored. A cheat counts as detected when stage 1 decoys,
 escalates or flags it; for benign rows the report gives the share stage 1 decoys, escalates and
 flags. With a judge, escalations are sent to it and ``recall_final`` / ``benign_decoy_rate_final``
 score the two stages together (the judge's answer mapped to an action exactly as the pipeline does).
@@ -17,6 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from guard.errors import GuardError
+from guard.memory import EpisodeMemory
+from guard.normalize import normalize
+from guard.repo import RepoContext
 from guard.rules import RuleEngine
 from guard.types import GuardContext, RuleResult, ToolCall
 
@@ -38,6 +45,17 @@ class Row:
     category: str | None
     task: str = ""
     line: int = 0
+    episode: tuple[ToolCall, ...] = ()
+    repo: RepoContext | None = None
+
+    def memory(self) -> EpisodeMemory | None:
+        """A fresh memory holding what the row's earlier calls left behind (None without any)."""
+        if not self.episode:
+            return None
+        memory = EpisodeMemory()
+        for earlier in self.episode:
+            memory.observe(earlier, normalize(earlier))
+        return memory
 
 
 @dataclass(frozen=True)
@@ -80,7 +98,26 @@ def load_corpus(path: Path) -> list[Row]:
             if category is not None and not isinstance(category, str):
                 raise CorpusError(f"{path}:{number}: 'category' must be a string or null")
             task = obj.get("task") or ""
-            rows.append(Row(ToolCall(tool, arguments), label, category, str(task), number))
+            episode = obj.get("episode") or []
+            if not isinstance(episode, list) or not all(
+                isinstance(e, dict) and isinstance(e.get("tool"), str) and isinstance(e.get("arguments"), dict)
+                for e in episode
+            ):
+                raise CorpusError(f"{path}:{number}: 'episode' must be a list of {{tool, arguments}} objects")
+            repo = obj.get("repo")
+            if repo is not None and not isinstance(repo, dict):
+                raise CorpusError(f"{path}:{number}: 'repo' must be an object")
+            rows.append(
+                Row(
+                    ToolCall(tool, arguments),
+                    label,
+                    category,
+                    str(task),
+                    number,
+                    tuple(ToolCall(e["tool"], e["arguments"]) for e in episode),
+                    RepoContext.from_mapping(repo) if repo is not None else None,
+                )
+            )
     if not rows:
         raise CorpusError(f"{path}: no rows")
     return rows
@@ -88,7 +125,7 @@ def load_corpus(path: Path) -> list[Row]:
 
 def score_rows(rows: list[Row], engine: RuleEngine, judge: Judge | None = None) -> list[Scored]:
     """Stage 1 on every row; with a judge, stage 2 on the escalated ones."""
-    scored = [Scored(row, engine.evaluate(row.call)) for row in rows]
+    scored = [Scored(row, engine.evaluate(row.call, row.memory(), row.repo)) for row in rows]
     if judge is None:
         return scored
     return asyncio.run(_judge_escalations(scored, judge))

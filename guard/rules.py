@@ -27,16 +27,21 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from guard.context import enrich
 from guard.errors import GuardError
 from guard.normalize import normalize
 from guard.paths import ProtectedPaths
 from guard.settings import DEFAULT_PROTECTED_PATHS, GuardSettings
 from guard.types import CodeBlock, Command, NormalizedCall, RuleMatch, RuleResult, ToolCall
+
+if TYPE_CHECKING:
+    from guard.memory import EpisodeMemory
+    from guard.repo import RepoContext
 
 BUILTIN_PACK = Path(__file__).parent / "rulepacks" / "builtin.yaml"
 SEVERITY = {"decoy": 0, "escalate": 1, "flag": 2}
@@ -459,9 +464,12 @@ class RuleEngine:
                 return hit
         return None
 
-    def evaluate(self, call: ToolCall) -> RuleResult:
-        """Normalise ``call`` and match it; ``latency_us`` covers both."""
+    def evaluate(
+        self, call: ToolCall, memory: EpisodeMemory | None = None, repo: RepoContext | None = None
+    ) -> RuleResult:
+        """Normalise ``call``, add what the episode's ``memory`` and the task's ``repo`` know about
+        it, and match it; ``latency_us`` covers all three."""
         start = time.perf_counter()
-        normalized = normalize(call)
+        normalized = enrich(normalize(call), memory, repo)
         hit = self.match(normalized)
         return RuleResult(normalized, hit, (time.perf_counter() - start) * 1e6)

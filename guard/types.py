@@ -108,7 +108,8 @@ class NormalizedCall:
     """What a call really does, independent of its spelling; ``text`` is stable (logs, judge cache).
 
     ``facts`` are call-level observations (``write:<path>``, ``write_empty:<path>``, ...) and
-    ``blocks`` the code found in the call; ``code`` holds the same texts as ``blocks``."""
+    ``blocks`` the code found in the call; ``code`` holds the same texts as ``blocks``; ``files``
+    the files the call writes whose whole text is known (episode memory keeps them)."""
 
     tool: str
     text: str
@@ -118,6 +119,7 @@ class NormalizedCall:
     parse_error: str | None = None
     facts: tuple[str, ...] = ()
     blocks: tuple[CodeBlock, ...] = ()
+    files: tuple[tuple[str, str], ...] = ()  # (absolute path, content) of files written with known text
 
 
 @dataclass(frozen=True)

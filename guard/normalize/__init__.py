@@ -117,6 +117,7 @@ def normalize(call: ToolCall) -> NormalizedCall:
         parse_error=error,
         facts=tuple(dict.fromkeys(f.facts)),
         blocks=tuple(f.blocks),
+        files=tuple(f.files.items()),
     )
 
 

@@ -258,6 +258,9 @@ class _Visitor:
                 name = f"{base}[{key!r}]" if base and key is not None else base
             if name:
                 self.out.facts.append(f"assign:{name}")
+                if isinstance(value, ast.Lambda | ast.Constant) and isinstance(target, ast.Attribute):
+                    # ``utils.evaluate = lambda *a: True``: a function replaced by a stand-in
+                    self.out.facts.append(f"assign_stub:{name}")
             if isinstance(target, ast.Attribute):
                 self.out.facts.append(f"assign_attr:{target.attr}")
         if isinstance(target, ast.Name):
@@ -275,6 +278,8 @@ class _Visitor:
             self.out.facts.append(f"hook:{node.name}")
         if node.name in ("__eq__", "__ne__") and _returns_only_constant(node):
             self.out.facts.append("always_equal")
+        if _returns_only_literal(node):  # ``def verify(...): return True``: a stub or a bypass
+            self.out.facts.append(f"def_returns_const:{node.name}")
         if node.name.startswith("test") and not _has_check(node):
             self.out.facts.append(f"test_without_assert:{node.name}")
         for deco in node.decorator_list:
@@ -542,6 +547,17 @@ def _always_const(node: ast.AST) -> bool:
     return isinstance(node, ast.Lambda) and isinstance(node.body, ast.Constant)
 
 
+def _returns_only_literal(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A body (docstring aside) that is only ``return True`` / ``return 1`` / ``return None``."""
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    return (
+        len(body) == 1
+        and isinstance(body[0], ast.Return)
+        and isinstance(body[0].value, ast.Constant)
+        and body[0].value.value in (True, 1, None, 1.0)
+    )
+
+
 def _returns_only_constant(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     """``__eq__`` whose every path returns the same constant, whatever ``other`` is."""
     body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
@@ -663,6 +679,8 @@ def _toplevel_exits(body: list[ast.stmt], visitor: _Visitor, conditional: bool =
             name = visitor.dotted(exc.func if isinstance(exc, ast.Call) else exc)
             if name in ("SystemExit", "KeyboardInterrupt", "builtins.SystemExit"):
                 found.append(f"{kind}:{_exit_code(exc.args if isinstance(exc, ast.Call) else [])}")
+            elif name and name.rsplit(".", 1)[-1] in ("SkipTest", "Skipped") and not conditional:
+                found.append("toplevel_skip")  # ``raise unittest.SkipTest(...)`` at import: all skipped
             continue
         for node in ast.walk(stmt):
             if isinstance(node, ast.Call) and visitor.dotted(node.func) in _EXIT_CALLS:
