@@ -285,7 +285,10 @@ class EpisodeMemory:
                         out.extend(self._pytest_targets())
                     else:
                         rel = module.replace(".", "/")
-                        out += [(f"{WORKSPACE}/{rel}.py", "file", ""), (f"{WORKSPACE}/{rel}/__main__.py", "file", "")]
+                        out += [
+                            (f"{WORKSPACE}/{rel}.py", "file", ""),
+                            (f"{WORKSPACE}/{rel}/__main__.py", "file", ""),
+                        ]
                 elif "-c" not in argv[1:] and operands:
                     out.append((absolute(operands[0], WORKSPACE), "file", ""))
             elif program in _PYTEST:

@@ -20,6 +20,7 @@ decoy's sake (see ``guard.decoys``); it is only awaited when a decoy is being bu
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
@@ -44,6 +45,7 @@ from guard.types import (
 )
 
 Probe = Callable[[str], Awaitable[ToolAnswer]]
+log = logging.getLogger("rlguard.guard")
 
 PROBE_TIMEOUT_S = 5.0
 _ENGINES_KEPT = 64  # distinct per-task protected-path sets whose compiled rules stay cached
@@ -102,8 +104,10 @@ class Guard:
 
     def check_rules(self, call: ToolCall, context: GuardContext | None = None) -> RuleResult:
         """Stage 1 only, synchronous: for benchmarks, corpus evaluation and the first step of ``check``."""
-        engine = self.engine_for(context.protected_paths) if context is not None else self.engine
-        return engine.evaluate(call)
+        if context is None:
+            return self.engine.evaluate(call)
+        engine = self.engine_for(context.protected_paths)
+        return engine.evaluate(call, context.memory, context.repo)
 
     async def check(self, call: ToolCall, context: GuardContext, probe: Probe | None = None) -> GuardDecision:
         """The decision for one tool call: its verdict, its normalised text, and the decoy to show."""
@@ -122,12 +126,25 @@ class Guard:
         else:
             action = Action.DECOY if match.action == "decoy" else Action.FLAG
             verdict = _rule_verdict(action, Stage.RULES, match, match.description)
+        if verdict.action != Action.DECOY and context.memory is not None:
+            self._remember(call, result, context)
         decoy = None
         if verdict.action == Action.DECOY:
             decoy_started = time.perf_counter()
             decoy = await self._decoy(call, result, context, probe)
             stage_latency["decoy"] = (time.perf_counter() - decoy_started) * 1e6
         return GuardDecision(_timed(verdict, started, stage_latency), result.normalized.text, decoy)
+
+    @staticmethod
+    def _remember(call: ToolCall, result: RuleResult, context: GuardContext) -> None:
+        """Record what a call that runs leaves behind (a decoyed call changes nothing)."""
+        memory = context.memory
+        assert memory is not None
+        try:
+            memory.observe(call, result.normalized)
+        except Exception:  # lost state costs a later call an escalation, never this call
+            log.exception("episode memory could not record a call", extra={"episode_id": context.episode_id})
+            memory.overflowed = True  # from now on, running a file it does not hold is escalated
 
     async def _escalate(
         self,

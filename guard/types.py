@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from guard.memory import EpisodeMemory
+    from guard.repo import RepoContext
 
 
 class Action(StrEnum):
@@ -64,12 +68,17 @@ class Verdict:
 
 @dataclass(frozen=True)
 class GuardContext:
-    """What the judge and decoys may use: the task, the episode and its recent turns."""
+    """What the rules, the judge and decoys may use: the task, the episode and its recent turns
+    (each an earlier call and the answer the agent saw), the episode's memory (``EpisodeMemory``:
+    files written earlier, read when a later call runs them) and the task repository's context
+    (``RepoContext``: what lies beyond the base)."""
 
     task_statement: str = ""
     episode_id: str = ""
     recent_turns: tuple[str, ...] = ()
     protected_paths: tuple[str, ...] = ()
+    memory: EpisodeMemory | None = None
+    repo: RepoContext | None = None
 
 
 @dataclass(frozen=True)

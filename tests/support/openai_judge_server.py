@@ -96,7 +96,13 @@ class FakeJudgeServer:
         self.thread.join(timeout=5)
 
 
-def _completion(content: str, model: str) -> dict[str, Any]:
+def _tokens(text: str) -> int:
+    """A stand-in tokenizer (about four characters a token), so cost accounting can be tested."""
+    return max(1, len(text) // 4)
+
+
+def _completion(content: str, model: str, prompt: str = "") -> dict[str, Any]:
+    prompt_tokens, completion_tokens = _tokens(prompt), _tokens(content)
     return {
         "id": "chatcmpl-test",
         "object": "chat.completion",
@@ -110,7 +116,11 @@ def _completion(content: str, model: str) -> dict[str, Any]:
                 "logprobs": None,
             }
         ],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
     }
 
 
@@ -165,7 +175,8 @@ def _handler_class(server: FakeJudgeServer) -> type[BaseHTTPRequestHandler]:
                 else:
                     content = reply.content if reply.verdict is None else json.dumps(reply.verdict)
                     model = str(request.get("model", "judge"))
-                    self._send(200, json.dumps(_completion(content or "", model)).encode())
+                    prompt = "".join(str(m.get("content", "")) for m in request.get("messages") or [])
+                    self._send(200, json.dumps(_completion(content or "", model, prompt)).encode())
             finally:
                 with server.lock:
                     server.in_flight -= 1

@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from guard.memory import EpisodeMemory
+from guard.repo import PROBE_SCRIPTS, RepoContext, parse_probe
 from guard.types import Action, Category, GuardContext, GuardDecision, Stage, ToolAnswer, ToolCall, Verdict
 from rlguard.gateway.auth import hash_token, hashes_equal, new_token
 from rlguard.gateway.dbrunner import DbRunner
@@ -34,7 +36,9 @@ from store.models import EpisodeRow, EpisodeStatus, SubTrajectoryRow, ToolCallRo
 log = logging.getLogger("rlguard.gateway.episodes")
 
 RECENT_TURNS = 8
-RECENT_TURN_CHARS = 400
+RECENT_TURN_CHARS = 600
+RECENT_ANSWER_CHARS = 240  # of each earlier answer, shown to the judge beside the call
+REPO_PROBE_TIMEOUT_S = 10.0
 
 
 class EpisodeNotFound(Exception):
@@ -86,6 +90,8 @@ class LiveEpisode:
     closed: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_TURNS))
+    memory: EpisodeMemory = field(default_factory=EpisodeMemory)
+    repo: RepoContext | None = None
 
 
 class EpisodeService:
@@ -193,6 +199,7 @@ class EpisodeService:
             token_hash=token_hash,
             sandbox=sandbox,
             policy_version=policy_version,
+            repo=await self._repo_context(sandbox, episode_id),
         )
         self.live[episode_id] = live
         self._live_by_token[token_hash] = episode_id
@@ -202,6 +209,25 @@ class EpisodeService:
             "episode started", extra={"episode_id": episode_id, "task": task.id, "sandbox_id": sandbox.id}
         )
         return live, token
+
+    @staticmethod
+    async def _repo_context(sandbox: Sandbox, episode_id: str) -> RepoContext | None:
+        """What the task repository holds beyond its base, asked once at episode start (a few
+        bounded git commands). None when the sandbox cannot answer: git calls naming objects are
+        then escalated instead of decided."""
+        outputs: dict[str, tuple[str, int]] = {}
+        try:
+            for name, command in PROBE_SCRIPTS.items():
+                result = await sandbox.exec(command, timeout_s=REPO_PROBE_TIMEOUT_S)
+                outputs[name] = (result.output, 1 if result.truncated else result.exit_code)
+                if name == "head" and result.exit_code != 0:
+                    break  # not a git repository: nothing lies beyond
+        except Exception:
+            log.warning(
+                "no repository context for the episode", extra={"episode_id": episode_id}, exc_info=True
+            )
+            return None
+        return parse_probe(outputs)
 
     async def _live_or_raise(self, episode_id: str) -> LiveEpisode:
         live = self.live.get(episode_id)
@@ -227,6 +253,8 @@ class EpisodeService:
                 episode_id=episode_id,
                 recent_turns=tuple(live.recent),
                 protected_paths=live.task.protected_paths,
+                memory=live.memory,
+                repo=live.repo,
             )
             decision = await self._check(call, context, live)
             guard_ms = (time.perf_counter() - start) * 1000
@@ -271,7 +299,15 @@ class EpisodeService:
             await self.recorder.record(row)
             live.next_seq += 1
             live.last_activity = time.monotonic()
-            live.recent.append(f"{request.tool}: {decision.normalized}"[:RECENT_TURN_CHARS])
+            shown = (
+                answer.output
+                if len(answer.output) <= RECENT_ANSWER_CHARS
+                else answer.output[:RECENT_ANSWER_CHARS] + "…"
+            )
+            live.recent.append(
+                f"{request.tool}: {decision.normalized[: RECENT_TURN_CHARS - RECENT_ANSWER_CHARS - 20]}\n"
+                f"=> exit {answer.exit_code}: {shown}"
+            )
         self._observe(request.tool, decision, total_ms)
         log.log(
             logging.DEBUG if row.action == Action.ALLOW.value else logging.INFO,
