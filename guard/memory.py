@@ -224,6 +224,9 @@ class EpisodeMemory:
                 if key in seen or len(seen) > 64:
                     continue
                 seen.add(key)
+                if kind == "shadow":  # the name alone decides; the script's text may be unknown
+                    facts.append(f"shadowed_program:{extra}={path}")
+                    continue
                 if path not in self._files and kind != "rc":
                     if path in self._forgotten or self.overflowed:
                         facts.append(f"memory_lost:{path}")
@@ -351,9 +354,7 @@ class EpisodeMemory:
             return cached
         f = Findings()
         try:
-            if kind == "shadow":
-                f.facts.append(f"shadowed_program:{extra}={path}")
-            elif kind == "make":
+            if kind == "make":
                 ShellWalker(f, 0, "make").run(make_recipes(entry.text, extra.split()))
                 f.blocks.append(CodeBlock("make", entry.text, "run", path, ()))
             elif kind == "rc" or entry.lang == "shell":  # shell scripts and start-up files

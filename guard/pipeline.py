@@ -107,6 +107,8 @@ class Guard:
         if context is None:
             return self.engine.evaluate(call)
         engine = self.engine_for(context.protected_paths)
+        if context.memory is None and context.repo is None:
+            return engine.evaluate(call)
         return engine.evaluate(call, context.memory, context.repo)
 
     async def check(self, call: ToolCall, context: GuardContext, probe: Probe | None = None) -> GuardDecision:

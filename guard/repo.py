@@ -168,7 +168,9 @@ def _revisions(args: Sequence[str]) -> tuple[list[str], list[str]]:
             skip = arg == flag and i + 1 < len(args)
             continue
         if arg.startswith("-"):
-            skip = arg in _VALUE_OPTS
+            # ``-n 5`` counts commits (log); ``cherry-pick -n SHA`` does not take a value
+            nxt = args[i + 1] if i + 1 < len(args) else ""
+            skip = arg in _VALUE_OPTS and (arg != "-n" or nxt.isdigit())
             continue
         for part in re.split(r"\.\.\.?", arg):
             rev = part.split(":", 1)[0]
