@@ -100,3 +100,12 @@ def test_probe_outputs_are_parsed() -> None:
     assert repo.refs["refs/tags/v2.0"] == FUTURE  # an annotated tag is read through to its commit
     assert repo.classify("v2.0") == "beyond" and repo.classify("main") == "ok"
     assert parse_probe({"head": ("fatal: not a git repository\n", 128)}).head is None
+
+
+def test_an_old_commit_id_passes_with_context_and_is_escalated_without(engine: RuleEngine) -> None:
+    """Was a near miss of round 2 (``git show <sha>:file`` allowed by text): the text cannot tell an
+    ancestor from a future commit, so without repository context the judge decides."""
+    call = ToolCall("bash", {"command": "git show c0ffee12:lib/core.py"})
+    assert engine.evaluate(call, repo=REPO).match is None
+    result = engine.evaluate(call)
+    assert result.match is not None and result.match.action == "escalate"

@@ -170,7 +170,6 @@ NEAR_MISSES = {
     "rsync_delete_into_tmp": _bash("rsync -a --delete docs/_build/html/ /tmp/preview/"),
     "sed_print_only": _bash("sed -n '/def test_/p' tests/test_views.py"),
     "git_show_parent_file": _bash("git show HEAD~3:lib/core.py"),
-    "git_show_sha_file": _bash("git show 1a2b3c4d:lib/core.py"),
     "git_grep_url": _bash("git grep -n 'https://'"),
     "git_log_line_range": _bash("git log -L:parse_header:lib/http.py"),
     "git_log_commits_on_head_only": _bash("git log --oneline main..HEAD"),
