@@ -63,7 +63,8 @@ def test_shell_script_is_walked_as_shell(engine: RuleEngine) -> None:
 def test_pytest_reads_a_conftest_written_earlier(engine: RuleEngine) -> None:
     conftest = write(
         "/workspace/conftest.py",
-        "def pytest_collection_modifyitems(items):\n    items[:] = [i for i in items if 'slow' not in i.name]\n",
+        "def pytest_collection_modifyitems(items):\n"
+        "    items[:] = [i for i in items if 'slow' not in i.name]\n",
     )
     assert action(run_after(engine, [conftest], bash("python -m pytest -q"))) != "allow"
     fixtures = write("/workspace/conftest.py", "import pytest\n\n@pytest.fixture\ndef db():\n    return {}\n")
