@@ -9,13 +9,22 @@ the memory becomes the fact ``memory_error:<reason>``, which the rules escalate.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from guard.memory import EpisodeMemory
 from guard.repo import RepoContext, git_facts
 from guard.types import NormalizedCall
 
 log = logging.getLogger("rlguard.guard.context")
+
+
+@dataclass
+class EpisodeState:
+    """The guard's state for one episode, held by the gateway beside the live episode: the memory
+    of what earlier calls wrote and the repository context read at episode start (None: unknown)."""
+
+    memory: EpisodeMemory = field(default_factory=EpisodeMemory)
+    repo: RepoContext | None = None
 
 
 def enrich(

@@ -26,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
+from guard.context import EpisodeState
 from guard.decoys import make_decoy, probe_command
 from guard.judge import Judge, JudgeEvent, JudgeStats
 from guard.review import PatchReview, review_patch
@@ -102,22 +103,31 @@ class Guard:
         self._engines.move_to_end(key)
         return engine
 
-    def check_rules(self, call: ToolCall, context: GuardContext | None = None) -> RuleResult:
-        """Stage 1 only, synchronous: for benchmarks, corpus evaluation and the first step of ``check``."""
-        if context is None:
-            return self.engine.evaluate(call)
-        engine = self.engine_for(context.protected_paths)
-        if context.memory is None and context.repo is None:
+    def check_rules(
+        self, call: ToolCall, context: GuardContext | None = None, state: EpisodeState | None = None
+    ) -> RuleResult:
+        """Stage 1 only, synchronous: for benchmarks, corpus evaluation and the first step of ``check``.
+        With ``state``, the call is read with the episode's memory and the repository context."""
+        engine = self.engine_for(context.protected_paths) if context is not None else self.engine
+        if state is None:
             return engine.evaluate(call)
-        return engine.evaluate(call, context.memory, context.repo)
+        return engine.evaluate(call, state.memory, state.repo)
 
-    async def check(self, call: ToolCall, context: GuardContext, probe: Probe | None = None) -> GuardDecision:
-        """The decision for one tool call: its verdict, its normalised text, and the decoy to show."""
+    async def check(
+        self,
+        call: ToolCall,
+        context: GuardContext,
+        probe: Probe | None = None,
+        state: EpisodeState | None = None,
+    ) -> GuardDecision:
+        """The decision for one tool call: its verdict, its normalised text, and the decoy to show.
+        With ``state``, the call is judged with what the episode left behind, and what it leaves
+        behind (unless decoyed: then nothing happened) is remembered."""
         started = time.perf_counter()
         if not self.settings.enabled:
             verdict = Verdict(Action.ALLOW, Stage.RULES, reason="guard disabled")
             return GuardDecision(_timed(verdict, started, {}), normalized="")
-        result = self.check_rules(call, context)
+        result = self.check_rules(call, context, state)
         rules_us = (time.perf_counter() - started) * 1e6
         stage_latency = {"rules": rules_us}
         match = result.match
@@ -128,8 +138,8 @@ class Guard:
         else:
             action = Action.DECOY if match.action == "decoy" else Action.FLAG
             verdict = _rule_verdict(action, Stage.RULES, match, match.description)
-        if verdict.action != Action.DECOY and context.memory is not None:
-            self._remember(call, result, context)
+        if verdict.action != Action.DECOY and state is not None:
+            self._remember(call, result, state, context.episode_id)
         decoy = None
         if verdict.action == Action.DECOY:
             decoy_started = time.perf_counter()
@@ -138,15 +148,13 @@ class Guard:
         return GuardDecision(_timed(verdict, started, stage_latency), result.normalized.text, decoy)
 
     @staticmethod
-    def _remember(call: ToolCall, result: RuleResult, context: GuardContext) -> None:
+    def _remember(call: ToolCall, result: RuleResult, state: EpisodeState, episode_id: str) -> None:
         """Record what a call that runs leaves behind (a decoyed call changes nothing)."""
-        memory = context.memory
-        assert memory is not None
         try:
-            memory.observe(call, result.normalized)
+            state.memory.observe(call, result.normalized)
         except Exception:  # lost state costs a later call an escalation, never this call
-            log.exception("episode memory could not record a call", extra={"episode_id": context.episode_id})
-            memory.overflowed = True  # from now on, running a file it does not hold is escalated
+            log.exception("episode memory could not record a call", extra={"episode_id": episode_id})
+            state.memory.overflowed = True  # from now on, running a file it does not hold is escalated
 
     async def _escalate(
         self,

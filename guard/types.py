@@ -7,11 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from guard.memory import EpisodeMemory
-    from guard.repo import RepoContext
+from typing import Any
 
 
 class Action(StrEnum):
@@ -68,17 +64,14 @@ class Verdict:
 
 @dataclass(frozen=True)
 class GuardContext:
-    """What the rules, the judge and decoys may use: the task, the episode and its recent turns
-    (each an earlier call and the answer the agent saw), the episode's memory (``EpisodeMemory``:
-    files written earlier, read when a later call runs them) and the task repository's context
-    (``RepoContext``: what lies beyond the base)."""
+    """What the judge and decoys may use: the task, the episode and its recent turns (each an
+    earlier call and the answer the agent saw). The episode's mutable guard state (memory,
+    repository context) travels beside it as ``guard.context.EpisodeState``."""
 
     task_statement: str = ""
     episode_id: str = ""
     recent_turns: tuple[str, ...] = ()
     protected_paths: tuple[str, ...] = ()
-    memory: EpisodeMemory | None = None
-    repo: RepoContext | None = None
 
 
 @dataclass(frozen=True)

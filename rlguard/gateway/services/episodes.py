@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from guard.memory import EpisodeMemory
+from guard.context import EpisodeState
 from guard.repo import PROBE_SCRIPTS, RepoContext, parse_probe
 from guard.types import Action, Category, GuardContext, GuardDecision, Stage, ToolAnswer, ToolCall, Verdict
 from rlguard.gateway.auth import hash_token, hashes_equal, new_token
@@ -60,7 +60,11 @@ Probe = Callable[[str], Awaitable[ToolAnswer]]
 
 class GuardLike(Protocol):
     async def check(
-        self, call: ToolCall, context: GuardContext, probe: Probe | None = None
+        self,
+        call: ToolCall,
+        context: GuardContext,
+        probe: Probe | None = None,
+        state: EpisodeState | None = None,
     ) -> GuardDecision: ...
 
 
@@ -90,8 +94,7 @@ class LiveEpisode:
     closed: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_TURNS))
-    memory: EpisodeMemory = field(default_factory=EpisodeMemory)
-    repo: RepoContext | None = None
+    guard_state: EpisodeState = field(default_factory=EpisodeState)
 
 
 class EpisodeService:
@@ -199,7 +202,7 @@ class EpisodeService:
             token_hash=token_hash,
             sandbox=sandbox,
             policy_version=policy_version,
-            repo=await self._repo_context(sandbox, episode_id),
+            guard_state=EpisodeState(repo=await self._repo_context(sandbox, episode_id)),
         )
         self.live[episode_id] = live
         self._live_by_token[token_hash] = episode_id
@@ -253,8 +256,6 @@ class EpisodeService:
                 episode_id=episode_id,
                 recent_turns=tuple(live.recent),
                 protected_paths=live.task.protected_paths,
-                memory=live.memory,
-                repo=live.repo,
             )
             decision = await self._check(call, context, live)
             guard_ms = (time.perf_counter() - start) * 1000
@@ -326,7 +327,7 @@ class EpisodeService:
     async def _check(self, call: ToolCall, context: GuardContext, live: LiveEpisode) -> GuardDecision:
         """The guard's decision; should the guard itself fail, fail closed (nothing runs)."""
         try:
-            return await self.guard.check(call, context, probe=self._probe(live))
+            return await self.guard.check(call, context, probe=self._probe(live), state=live.guard_state)
         except Exception as exc:
             log.exception("guard failed; the call is not run", extra={"episode_id": live.id})
             verdict = Verdict(
