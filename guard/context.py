@@ -13,7 +13,9 @@ from dataclasses import dataclass, field, replace
 
 from guard.memory import EpisodeMemory
 from guard.repo import RepoContext, git_facts
-from guard.types import NormalizedCall
+from guard.types import CodeBlock, NormalizedCall, ToolCall
+
+MAX_CONFIG_CHARS = 64 * 1024
 
 log = logging.getLogger("rlguard.guard.context")
 
@@ -27,12 +29,42 @@ class EpisodeState:
     repo: RepoContext | None = None
 
 
+# files whose text decides which tests run but that normalisation does not read as code
+_RUNNER_CONFIGS = (
+    "package.json",
+    "Cargo.toml",
+    "go.mod",
+    "jest.config.js",
+    "jest.config.ts",
+    "vitest.config.ts",
+)
+
+
+def _runner_config(call: ToolCall, normalized: NormalizedCall) -> NormalizedCall:
+    """A written or edited test-runner configuration (``package.json`` scripts, ...) as a code block
+    of language ``config``, so rules can read what the new text makes the test command do."""
+    arguments = call.arguments if isinstance(call.arguments, dict) else {}
+    path = next((f.split(":", 1)[1] for f in normalized.facts if f.startswith("write:")), "")
+    if not path.endswith(_RUNNER_CONFIGS) or any(b.path == path for b in normalized.blocks):
+        return normalized
+    text = arguments.get("content") if call.tool == "write_file" else arguments.get("new_str")
+    if not isinstance(text, str) or not text.strip():
+        return normalized
+    block = CodeBlock("config", text[:MAX_CONFIG_CHARS], "write", path, ())
+    return replace(normalized, blocks=(*normalized.blocks, block))
+
+
 def enrich(
-    normalized: NormalizedCall, memory: EpisodeMemory | None = None, repo: RepoContext | None = None
+    normalized: NormalizedCall,
+    memory: EpisodeMemory | None = None,
+    repo: RepoContext | None = None,
+    call: ToolCall | None = None,
 ) -> NormalizedCall:
     """``normalized`` with episode-memory and repository facts added (itself when none apply)."""
     if normalized.parse_error is not None:
         return normalized
+    if call is not None and call.tool in ("write_file", "edit_file"):
+        normalized = _runner_config(call, normalized)
     if memory is not None:
         try:
             normalized = memory.expand(normalized)

@@ -209,6 +209,11 @@ class EpisodeMemory:
         """``normalized`` plus what it runs of remembered files (unchanged when it runs none)."""
         with self._lock:
             targets = self._targets(normalized)
+            for block in normalized.blocks:  # ``python -c 'import helpers'``: code run by the call itself
+                if block.lang == "python" and block.origin == "run":
+                    for fact in block.facts:
+                        if fact.startswith("import:"):
+                            targets.extend((p, "file", "") for p in self._module_paths(fact[7:]))
             if not targets:
                 return normalized
             facts: list[str] = []
@@ -236,7 +241,14 @@ class EpisodeMemory:
                     facts.append(f"memory_unreadable:{path}: {found}"[:300])
                     continue
                 facts.append(f"runs_written:{path}")
-                commands.extend(found.commands)
+                # commands keep where they came from, even when a wrapper (``python -m``) renamed it
+                origin = "make" if kind == "make" else f"script {path}"
+                commands.extend(
+                    c
+                    if c.source.startswith(("alias", "make", "script "))
+                    else replace(c, source=f"{origin} > {c.source}")
+                    for c in found.commands
+                )
                 facts.extend(found.facts)
                 blocks.extend(found.blocks)
                 # the same text is also code the agent wrote: rules about written code see it too

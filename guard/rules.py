@@ -470,6 +470,6 @@ class RuleEngine:
         """Normalise ``call``, add what the episode's ``memory`` and the task's ``repo`` know about
         it, and match it; ``latency_us`` covers all three."""
         start = time.perf_counter()
-        normalized = enrich(normalize(call), memory, repo)
+        normalized = enrich(normalize(call), memory, repo, call)
         hit = self.match(normalized)
         return RuleResult(normalized, hit, (time.perf_counter() - start) * 1e6)
