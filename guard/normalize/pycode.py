@@ -258,8 +258,11 @@ class _Visitor:
                 name = f"{base}[{key!r}]" if base and key is not None else base
             if name:
                 self.out.facts.append(f"assign:{name}")
-                if isinstance(value, ast.Lambda | ast.Constant) and isinstance(target, ast.Attribute):
-                    # ``utils.evaluate = lambda *a: True``: a function replaced by a stand-in
+                if (
+                    isinstance(value, ast.Lambda | ast.Constant)
+                    and isinstance(target, ast.Attribute)
+                    and _root_name(target) in self.aliases
+                ):  # ``utils.evaluate = lambda *a: True``: a module's function replaced by a stand-in
                     self.out.facts.append(f"assign_stub:{name}")
             if isinstance(target, ast.Attribute):
                 self.out.facts.append(f"assign_attr:{target.attr}")
@@ -545,6 +548,13 @@ _TRIVIAL_CALLS = frozenset(
 
 def _always_const(node: ast.AST) -> bool:
     return isinstance(node, ast.Lambda) and isinstance(node.body, ast.Constant)
+
+
+def _root_name(node: ast.AST) -> str | None:
+    """``a`` of ``a.b.c`` (None when the chain does not start at a plain name)."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def _returns_only_literal(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
