@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from guard.cache import NormalizeCache
 from guard.context import enrich
 from guard.errors import GuardError
-from guard.normalize import normalize
 from guard.paths import ProtectedPaths
 from guard.settings import DEFAULT_PROTECTED_PATHS, GuardSettings
 from guard.types import CodeBlock, Command, NormalizedCall, RuleMatch, RuleResult, ToolCall
@@ -103,6 +103,10 @@ def glob_regex(pattern: str) -> str:
     """Path glob to regex: ``**`` spans directories, ``*`` and ``?`` stay inside one."""
     out: list[str] = []
     i = 0
+    if pattern.startswith("**/"):
+        # a leading ``**/`` is what the unanchored ``(?:^|/)`` prefix already means; spelling it as
+        # ``(?:.*/)?`` made every search backtrack over the whole path (quadratic in its length)
+        i = 3
     while i < len(pattern):
         if pattern.startswith("**/", i):
             out.append("(?:.*/)?")
@@ -388,6 +392,8 @@ class RuleEngine:
             seen.add(rule.id)
         order = {id(r): i for i, r in enumerate(rules)}
         self.rules = tuple(sorted(rules, key=lambda r: (SEVERITY[r.action], order[id(r)])))
+        # readings of calls seen before, by content hash, with this engine's match for each
+        self.normalize_cache = NormalizeCache()
         self.protected = ProtectedPaths(protected_paths)
         # Index: rules naming programs are reached through the programs a call runs; the rest
         # are pre-filtered on what they need (facts, code, paths, commands) before any regex.
@@ -470,6 +476,13 @@ class RuleEngine:
         """Normalise ``call``, add what the episode's ``memory`` and the task's ``repo`` know about
         it, and match it; ``latency_us`` covers all three."""
         start = time.perf_counter()
-        normalized = enrich(normalize(call), memory, repo, call)
-        hit = self.match(normalized)
+        entry = self.normalize_cache.get(call)
+        normalized = enrich(entry.normalized, memory, repo, call)
+        if normalized is not entry.normalized:  # the episode added something: match afresh
+            hit = self.match(normalized)
+        elif entry.matched:
+            hit = entry.match  # type: ignore[assignment]
+        else:
+            hit = self.match(normalized)
+            entry.match, entry.matched = hit, True
         return RuleResult(normalized, hit, (time.perf_counter() - start) * 1e6)
