@@ -143,8 +143,10 @@ def _print_eval_table(file: Path, report: dict[str, Any]) -> None:
     summary = Table(title=f"guard eval: {file.name} ({report['n']} calls)")
     summary.add_column("metric")
     summary.add_column("value", justify="right")
-    for key, value in report.items():
-        if key not in ("n", "per_category") and isinstance(value, int | float):
+    rows = [(k, v) for k, v in report.items() if k not in ("n", "per_category")]
+    rows += [(f"judge {k}", v) for k, v in (report.get("judge") or {}).items()]  # the judge's cost
+    for key, value in rows:
+        if isinstance(value, int | float):
             summary.add_row(key, str(value) if isinstance(value, int) else f"{value:.3f}")
     per_category = Table(title="recall per category")
     per_category.add_column("category")
