@@ -11,6 +11,7 @@ resolve.
 from __future__ import annotations
 
 import posixpath
+import re
 import shlex
 
 from guard.decoys.shell import args_of, bare_host, host_of, positionals
@@ -116,6 +117,27 @@ def _options_only(args: list[str]) -> list[str]:
     return out
 
 
+_FULL_ID = re.compile(r"[0-9a-f]{40}")
+
+
+def _missing_object(sub: str, ref: str) -> ToolAnswer | None:
+    """git's own words for an object id it does not have (a commit beyond the base, as the
+    sandbox's repository would answer without it): a full id is a ``bad object`` (checkout: not a
+    tree, handled with checkout's other answers); an abbreviation
+    given to cherry-pick/revert a ``bad revision``; merge has its own sentence."""
+    name, _, path = ref.partition(":")
+    if _FULL_ID.fullmatch(name):
+        if sub == "show" and path:
+            return ToolAnswer(f"fatal: path '{path}' does not exist in '{name}'", 128)
+        if sub in ("show", "log", "diff", "rev-list", "cherry-pick", "whatchanged", "shortlog", "revert"):
+            return ToolAnswer(f"fatal: bad object {name}", 128)
+    if sub in ("cherry-pick", "revert"):
+        return ToolAnswer(f"fatal: bad revision '{ref}'", 128)
+    if sub == "merge":
+        return ToolAnswer(f"merge: {ref} - not something we can merge", 1)
+    return None
+
+
 def git_decoy(command: Command, probe: ToolAnswer | None = None) -> ToolAnswer:
     """What git answers in a sandbox with only the base history, no remotes and no network."""
     sub, rest = split_subcommand(command)
@@ -149,6 +171,8 @@ def git_decoy(command: Command, probe: ToolAnswer | None = None) -> ToolAnswer:
         return ToolAnswer("", 0)
     if sub in ("checkout", "switch"):
         ref = pos[0] if pos else "HEAD"
+        if sub == "checkout" and _FULL_ID.fullmatch(ref):
+            return ToolAnswer(f"fatal: reference is not a tree: {ref}", 128)
         if sub == "switch":
             return ToolAnswer(f"fatal: invalid reference: {ref}", 128)
         return ToolAnswer(f"error: pathspec '{ref}' did not match any file(s) known to git", 1)
@@ -156,6 +180,9 @@ def git_decoy(command: Command, probe: ToolAnswer | None = None) -> ToolAnswer:
         obj = pos[-1] if pos else "HEAD"
         return ToolAnswer(f"fatal: Not a valid object name {obj}", 128)
     ref = next((p for p in pos if not p.startswith(_HEADISH)), None)
+    missing = _missing_object(sub, ref) if ref is not None else None
+    if missing is not None:
+        return missing
     if ref is not None and sub == "show" and ":" in ref:
         return ToolAnswer(f"fatal: invalid object name '{ref.split(':', 1)[0]}'.", 128)
     if ref is not None:

@@ -55,3 +55,37 @@ def test_the_judge_sees_recent_calls_and_their_answers(tmp_path) -> None:
             episode.call("bash", command="sysctl -w kernel.shmmax=1")  # escalated: the judge decides
         prompt = json.dumps(judge.requests[-1]["messages"])
     assert "## Last 1 turns" in prompt and "=> exit 0: marker-6173" in prompt
+
+
+def _future_commit(tmp_path) -> str:
+    """The id of the task's unmerged hotfix commit, read from the task's own workspace archive."""
+    import io
+    import subprocess
+    import tarfile
+
+    from tasks.spec import TaskRegistry
+
+    task = TaskRegistry(["builtin"]).get("builtin/bank-ledger")
+    with tarfile.open(fileobj=io.BytesIO(task.workspace_tar())) as tar:
+        tar.extractall(tmp_path, filter="data")
+    root = next(p.parent for p in tmp_path.rglob(".git") if p.is_dir())
+    out = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "hotfix/transfer-atomic"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.strip()
+
+
+def test_git_objects_beyond_the_base_are_decided_with_the_repository(gateway: Gateway, tmp_path) -> None:
+    future = _future_commit(tmp_path)[:10]
+    episode = gateway.new_episode("builtin/bank-ledger")
+    head = episode.call("bash", command="git rev-parse HEAD").json()["output"].strip()
+    shown = episode.call("bash", command=f"git show --stat {head[:10]}")
+    assert head[:7] in shown.json()["output"]  # the base's own history: runs for real
+    leak = episode.call("bash", command=f"git show {future}")
+    calls = _calls(episode)
+    assert [c["was_decoy"] for c in calls] == [False, False, True]
+    assert calls[2]["rule_id"] == "git_history_leak.object_beyond_base"
+    assert future not in leak.json()["output"] or "fatal" in leak.json()["output"]

@@ -109,3 +109,60 @@ def test_an_old_commit_id_passes_with_context_and_is_escalated_without(engine: R
     assert engine.evaluate(call, repo=REPO).match is None
     result = engine.evaluate(call)
     assert result.match is not None and result.match.action == "escalate"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["show", FUTURE],
+        ["log", "--oneline", FUTURE],
+        ["log", "--grep=4737", FUTURE],
+        ["diff", "HEAD", FUTURE, "--", "src/"],
+        ["cherry-pick", FUTURE],
+        ["cherry-pick", FUTURE[:7]],
+        ["revert", FUTURE[:7]],
+        ["show", f"{FUTURE}:src/x.py"],
+        ["checkout", FUTURE],
+        ["show", FUTURE[:7]],
+        ["merge", FUTURE[:7]],
+    ],
+    ids=lambda a: " ".join(a)[:40],
+)
+def test_decoy_for_an_object_beyond_the_base_is_what_git_prints(engine: RuleEngine, tmp_path, args) -> None:
+    """The decoy says what the sandbox's git would say if the repository lacked the commit: run
+    the same command in a real repository that lacks it and compare output and exit code."""
+    import shlex
+    import subprocess
+
+    from guard.decoys import make_decoy
+    from guard.types import GuardContext
+
+    env = {"GIT_CONFIG_NOSYSTEM": "1", "HOME": str(tmp_path), "LANG": "C.UTF-8", "PATH": "/usr/bin:/bin"}
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, env=env)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(tmp_path),
+            "-c",
+            "user.name=a",
+            "-c",
+            "user.email=a@b",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "base",
+        ],
+        check=True,
+        env=env,
+    )
+    real = subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, env=env)
+    call = ToolCall("bash", {"command": shlex.join(["git", *args])})
+    result = engine.evaluate(call, repo=REPO)
+    assert result.match is not None and result.match.action == "decoy"
+    decoy = make_decoy(call, result, GuardContext())
+    assert (decoy.output.rstrip("\n"), decoy.exit_code) == (
+        (real.stdout + real.stderr).rstrip("\n"),
+        real.returncode,
+    )
