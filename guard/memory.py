@@ -177,8 +177,21 @@ class EpisodeMemory:
             if call.tool == "edit_file" and isinstance(call.arguments, dict):
                 self._observe_edit(call.arguments, normalized)
                 return
-            for path, content in normalized.files:
-                self._remember(path, content)
+            written = dict(normalized.files)
+            appended = {f[len("append:") :] for f in normalized.facts if f.startswith("append:")}
+            for path, content in written.items():
+                entry = self._files.get(path)
+                if path in appended and entry is not None:
+                    self._remember(path, entry.text + content, entry.partial)
+                else:
+                    self._remember(path, content, partial=path in appended)
+            for fact in normalized.facts:
+                # a remembered file changed in a way whose result is not known (sed -i, patch, cp
+                # over it): its text is lost, so running it later is escalated, never judged stale
+                if fact.startswith(("write:", "append:", "write_empty:")):
+                    path = fact.split(":", 1)[1]
+                    if path in self._files and path not in written and not fact.startswith("write_empty:"):
+                        self._forget(path)
             for cmd in normalized.commands:
                 if cmd.program == "chmod" and any("x" in a or a.isdigit() for a in cmd.argv[1:2]):
                     for operand in cmd.argv[2:]:

@@ -154,3 +154,19 @@ def test_expansion_is_cached_by_content() -> None:
     cached = dict(memory._expansions)
     memory.expand(call)
     assert dict(memory._expansions) == cached and len(cached) == 1
+
+
+def test_appending_adds_to_the_remembered_text() -> None:
+    memory = EpisodeMemory()
+    for c in (write("/workspace/u.py", "x = 1\n"), bash("echo 'import grading' >> u.py")):
+        memory.observe(c, normalize(c))
+    assert memory.known("/workspace/u.py") == "x = 1\nimport grading\n"
+
+
+def test_a_change_the_memory_cannot_follow_loses_the_text_and_escalates(engine: RuleEngine) -> None:
+    memory = EpisodeMemory()
+    for c in (write("/workspace/run.py", "print('ok')\n"), bash("sed -i 's/ok/x/' run.py")):
+        memory.observe(c, normalize(c))
+    assert memory.known("/workspace/run.py") is None
+    result = engine.evaluate(bash("python run.py"), memory)
+    assert result.match is not None and result.match.rule_id == "grader_tampering.memory_lost"
