@@ -363,6 +363,59 @@ def _read_rule_file(path: Path) -> list[Rule]:
 
 
 UNPARSEABLE_RULE_ID = "builtin.unparseable"
+_PREFIX_ALT = re.compile(r"\^(?:([\w-]+)|\(((?:[\w-]+\|)*[\w-]+)\))(?::|\$|$)")
+
+
+def _top_level_alternatives(pattern: str) -> list[str] | None:
+    """``pattern`` split at its top-level ``|`` (None when its brackets cannot be followed)."""
+    parts: list[str] = []
+    depth = 0
+    in_class = False
+    start = 0
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            parts.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    if depth != 0 or in_class:
+        return None
+    parts.append(pattern[start:])
+    return parts
+
+
+def fact_prefixes(pattern: str | None) -> frozenset[str] | None:
+    """The fact kinds (the part before ``:``) a fact regex can match, when every top-level
+    alternative starts with ``^kind:`` or ``^(kind1|kind2):``; None when it cannot be told (then
+    the rule is always checked)."""
+    if pattern is None:
+        return None
+    alternatives = _top_level_alternatives(pattern)
+    if not alternatives:
+        return None
+    kinds: set[str] = set()
+    for alt in alternatives:
+        m = _PREFIX_ALT.match(alt)
+        if m is None:
+            return None
+        kinds.update((m.group(1) or m.group(2)).split("|"))
+    return frozenset(kinds)
+
+
+def _kinds(facts: Iterable[str]) -> set[str]:
+    return {f.partition(":")[0] for f in facts}
 
 
 def _gate_for(
@@ -410,6 +463,16 @@ class RuleEngine:
                 self._general.append((i, rule))
         # Gates: one combined search decides that none of a group's fact regexes can match, so the
         # group is skipped without evaluating its rules one by one (most calls match no fact rule).
+        # Fact kinds: a rule whose fact regex can only match facts of some kinds (``^assign:``,
+        # ``^(edit|append):``) is skipped when the call has no fact of those kinds.
+        self._call_kinds = {
+            i: k for i, r in enumerate(self.rules) if (k := fact_prefixes(r.fact.pattern if r.fact else None))
+        }
+        self._code_kinds = {
+            i: k
+            for i, r in enumerate(self.rules)
+            if r.code is not None and (k := fact_prefixes(r.code.fact.pattern if r.code.fact else None))
+        }
         self._call_fact_gate = _gate_for(
             self.rules, (i for i, r in self._general if r.fact is not None), False
         )
@@ -455,11 +518,12 @@ class RuleEngine:
             if len(self._general_for) < 4096:  # shapes are few; the bound only guards odd tools
                 self._general_for[shape] = general
         skip: set[int] = set()
-        for gate, facts in (
-            (self._call_fact_gate, normalized.facts),
-            (self._code_fact_gate, [f for b in normalized.blocks for f in b.facts]),
-        ):
-            if gate is not None and not gate[0].search("\n".join(facts)):
+        code_facts = [f for b in normalized.blocks for f in b.facts]
+        call_kinds, code_kinds = _kinds(normalized.facts), _kinds(code_facts)
+        skip.update(i for i, k in self._call_kinds.items() if k.isdisjoint(call_kinds))
+        skip.update(i for i, k in self._code_kinds.items() if k.isdisjoint(code_kinds))
+        for gate, facts in ((self._call_fact_gate, normalized.facts), (self._code_fact_gate, code_facts)):
+            if gate is not None and not gate[1] <= skip and not gate[0].search("\n".join(facts)):
                 skip.update(gate[1])
         order = sorted(candidates.union(general)) if candidates else general
         for i in order:

@@ -40,3 +40,26 @@ def test_a_cached_match_is_not_reused_when_the_episode_changes_the_reading() -> 
     hit = engine.evaluate(run, memory).match
     assert hit is not None and hit.action == "decoy"
     assert engine.evaluate(run).match is None  # another episode: still nothing known
+
+
+def test_skipping_rules_by_fact_kind_changes_no_decision() -> None:
+    """The fact-kind index (a rule whose facts are all ``^assign:...`` is skipped when the call has
+    no ``assign:`` fact) is only a shortcut: every corpus row gets the same rule with and without it."""
+    from pathlib import Path
+
+    from guard.eval import load_corpus
+    from guard.rules import fact_prefixes
+
+    fast = RuleEngine.load()
+    slow = RuleEngine.load()
+    slow._call_kinds, slow._code_kinds = {}, {}
+    here = Path(__file__).parent
+    files = [*here.glob("corpus*.jsonl"), here.parent / "redteam" / "guard_heldout.jsonl"]
+    for path in files:
+        for row in load_corpus(path):
+            normalized = normalize(row.call)
+            a, b = fast.match(normalized), slow.match(normalized)
+            assert (a and a.rule_id) == (b and b.rule_id), (path.name, row.line)
+    assert fact_prefixes("^(edit|append):") == {"edit", "append"}
+    assert fact_prefixes("^assign:x|TestReport") is None  # an alternative without a kind: always checked
+    assert fact_prefixes("^toplevel_exit(_cond)?:os_exit$") is None
