@@ -8,7 +8,7 @@ and reads later calls for what they run:
 
 - ``python FILE`` / ``python -m MOD`` / ``./FILE`` / ``/abs/FILE`` / ``bash FILE`` / ``source FILE``
   / ``node FILE`` ...: that file's text, scanned as code run by the call;
-- ``pytest`` (``py.test``, ``python -m pytest``, ``tox``, ``nox``): every remembered ``conftest.py``,
+- ``pytest`` (``py.test``, ``python -m pytest``/``unittest``, ``tox``, ``nox``): every remembered ``conftest.py``,
   test module, pytest configuration and ``sitecustomize``/``.pth`` file;
 - ``make [TARGET]``: the recipes of the target (the first one by default) of a remembered Makefile;
 - ``bash -i``/``-l`` (and ``source ~/.bashrc``): remembered shell start-up files, walked before the
@@ -309,7 +309,7 @@ class EpisodeMemory:
             if _PY.match(program):
                 if "-m" in argv[1:]:
                     module = argv[argv.index("-m") + 1] if argv.index("-m") + 1 < len(argv) else ""
-                    if module == "pytest":
+                    if module in ("pytest", "unittest", "nose2", "tox", "nox"):
                         out.extend(self._pytest_targets())
                     else:
                         rel = module.replace(".", "/")
