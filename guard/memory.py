@@ -8,8 +8,8 @@ and reads later calls for what they run:
 
 - ``python FILE`` / ``python -m MOD`` / ``./FILE`` / ``/abs/FILE`` / ``bash FILE`` / ``source FILE``
   / ``node FILE`` ...: that file's text, scanned as code run by the call;
-- ``pytest`` (``py.test``, ``python -m pytest``/``unittest``, ``tox``, ``nox``): every remembered ``conftest.py``,
-  test module, pytest configuration and ``sitecustomize``/``.pth`` file;
+- ``pytest`` (``py.test``, ``python -m pytest``/``unittest``, ``tox``, ``nox``): every remembered
+  ``conftest.py``, test module, pytest configuration and ``sitecustomize``/``.pth`` file;
 - ``make [TARGET]``: the recipes of the target (the first one by default) of a remembered Makefile;
 - ``bash -i``/``-l`` (and ``source ~/.bashrc``): remembered shell start-up files, walked before the
   command so their aliases, functions and exports apply;
