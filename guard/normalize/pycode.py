@@ -263,7 +263,8 @@ class _Visitor:
                     and isinstance(target, ast.Attribute)
                     and _root_name(target) in self.aliases
                 ):  # ``utils.evaluate = lambda *a: True``: a module's function replaced by a stand-in
-                    self.out.facts.append(f"assign_stub:{name}")
+                    kind = "assign_stub" if isinstance(value, ast.Lambda) else "assign_const"
+                    self.out.facts.append(f"{kind}:{name}")
             if isinstance(target, ast.Attribute):
                 self.out.facts.append(f"assign_attr:{target.attr}")
         if isinstance(target, ast.Name):
