@@ -59,7 +59,7 @@ class RepoContext:
     head: str | None  # the base commit (None: the workspace is not a git repository)
     beyond: tuple[str, ...] = ()  # sorted full ids reachable from a ref or reflog, not from the base
     refs: Mapping[str, str] = field(default_factory=dict)  # full ref name -> commit id
-    reflog: tuple[str, ...] = ()  # HEAD@{0}, HEAD@{1}, ... as commit ids
+    reflog: tuple[str, ...] | None = ()  # HEAD@{0}, HEAD@{1}, ... as commit ids (None: not known)
     truncated: bool = False
 
     @classmethod
@@ -68,25 +68,26 @@ class RepoContext:
         head: str | None,
         beyond: Iterable[str] = (),
         refs: Mapping[str, str] | None = None,
-        reflog: Sequence[str] = (),
+        reflog: Sequence[str] | None = (),
         truncated: bool = False,
     ) -> RepoContext:
         """A bounded, normalised context (ids lower-cased, cut at the bounds with ``truncated``)."""
         ids = sorted({b.lower() for b in beyond if _SHA.match(b.lower())})
         ref_items = list((refs or {}).items())
-        cut = len(ids) > MAX_BEYOND or len(ref_items) > MAX_REFS or len(reflog) > MAX_REFLOG
+        cut = len(ids) > MAX_BEYOND or len(ref_items) > MAX_REFS or len(reflog or ()) > MAX_REFLOG
         return cls(
             head=head.lower() if head else None,
             beyond=tuple(ids[:MAX_BEYOND]),
             refs={k: v.lower() for k, v in ref_items[:MAX_REFS]},
-            reflog=tuple(r.lower() for r in reflog[:MAX_REFLOG]),
+            reflog=None if reflog is None else tuple(r.lower() for r in reflog[:MAX_REFLOG]),
             truncated=truncated or cut,
         )
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, object]) -> RepoContext:
         """From a corpus row's ``repo`` object: ``head``, ``beyond`` or (``commits`` minus
-        ``ancestors``), ``refs`` ({name: id}), ``reflog`` (ids, newest first)."""
+        ``ancestors``), ``refs`` ({name: id}), ``reflog`` (ids, newest first; absent: not known,
+        so reflog entries are unverified rather than taken as empty)."""
         head = data.get("head")
         beyond = data.get("beyond")
         if beyond is None:
@@ -96,7 +97,7 @@ class RepoContext:
             str(head) if head else None,
             [str(b) for b in beyond],  # type: ignore[union-attr]
             {str(k): str(v) for k, v in dict(data.get("refs") or {}).items()},  # type: ignore[call-overload]
-            [str(r) for r in data.get("reflog") or []],  # type: ignore[union-attr]
+            [str(r) for r in data["reflog"]] if data.get("reflog") is not None else None,  # type: ignore[union-attr]
             bool(data.get("truncated", False)),
         )
 
@@ -121,14 +122,16 @@ class RepoContext:
         m = _REFLOG.match(word)
         if m:
             n = int(m.group("n"))
-            if m.group("name") not in ("", "HEAD") or n < 0:
-                return "unverified" if self.truncated else "ok"
+            if m.group("name") not in ("", "HEAD") or n < 0 or self.reflog is None:
+                return "unverified"
             if n >= len(self.reflog):
                 return "unverified" if self.truncated else "ok"
             return "beyond" if self._commit_beyond(self.reflog[n]) else "ok"
         base = _SUFFIX.sub("", word)
-        if base in ("", "HEAD", "@", "FETCH_HEAD", "ORIG_HEAD"):
+        if base in ("", "HEAD", "@"):
             return "ok"
+        if base in ("FETCH_HEAD", "ORIG_HEAD", "MERGE_HEAD", "CHERRY_PICK_HEAD"):
+            return "unverified"  # not probed: ORIG_HEAD may be where a reset to the base started
         lowered = base.lower()
         if _HEX.match(lowered):
             if self.head.startswith(lowered):
@@ -141,9 +144,12 @@ class RepoContext:
         sha = self._ref(base)
         if sha is not None:
             return "beyond" if self._commit_beyond(sha) else "ok"
-        return "ok"
+        return "unverified" if self.truncated and self.refs else "ok"  # a cut ref list may lack it
 
-    def reflog_beyond(self) -> bool:
+    def reflog_beyond(self) -> bool | None:
+        """Whether a reflog entry lies beyond the base (None: the reflog is not known)."""
+        if self.reflog is None:
+            return None
         return any(self._commit_beyond(sha) for sha in self.reflog)
 
 
@@ -182,9 +188,12 @@ def _revisions(args: Sequence[str]) -> tuple[list[str], list[str]]:
 def git_facts(commands: Iterable[Command], repo: RepoContext | None) -> list[str]:
     """Facts about the git commands of a call, decided with ``repo`` when it is known."""
     facts: list[str] = []
+    named = 0  # revision words other than HEAD that the context placed within the base
     for cmd in commands:
         if cmd.program != "git" or len(cmd.argv) < 2:
             continue
+        if any(a.startswith(":/") for a in cmd.argv):  # ``:/text``: a message search over every ref
+            facts.append("git_history_search::/")
         argv = list(cmd.argv[1:])
         while argv and argv[0].startswith("-"):  # global options: -C dir, -c k=v, --no-pager, ...
             opt = argv.pop(0)
@@ -194,9 +203,10 @@ def git_facts(commands: Iterable[Command], repo: RepoContext | None) -> list[str
             continue
         sub, args = argv[0], argv[1:]
         if sub == "reflog" or (sub == "log" and any(a in ("-g", "--walk-reflogs") for a in args)):
-            if repo is None:
+            beyond = repo.reflog_beyond() if repo is not None else None
+            if beyond is None:
                 facts.append("git_unverified:reflog")
-            elif repo.reflog_beyond():
+            elif beyond:
                 facts.append("git_beyond_base:reflog")
             continue
         if sub not in _REV_COMMANDS:
@@ -213,6 +223,12 @@ def git_facts(commands: Iterable[Command], repo: RepoContext | None) -> list[str
             kind = repo.classify(rev)
             if kind != "ok":
                 facts.append(f"git_{'beyond_base' if kind == 'beyond' else 'unverified'}:{rev}")
+            elif _SUFFIX.sub("", rev) not in ("HEAD", "@", ""):
+                named += 1
+    if repo is not None and repo.head is not None and named and not facts:
+        # every ref and id the call names is the base or an ancestor: the text rules that escalate
+        # or decoy a named ref (``git show v1.0:path``, ``git log origin/main``) stand down
+        facts.append("git_all_within_base")
     return facts
 
 

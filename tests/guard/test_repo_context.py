@@ -166,3 +166,26 @@ def test_decoy_for_an_object_beyond_the_base_is_what_git_prints(engine: RuleEngi
         (real.stdout + real.stderr).rstrip("\n"),
         real.returncode,
     )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git show v1.0:src/x.py",
+        "git diff main -- src/",
+        "git log --oneline main -3",
+        "git checkout v1.0 -- src/x.py",
+    ],
+)
+def test_text_rules_stand_down_when_every_name_is_within_the_base(engine: RuleEngine, command: str) -> None:
+    """Without context these are escalated or decoyed by name; the repository says they are the
+    base or its ancestors, so they run."""
+    assert engine.evaluate(ToolCall("bash", {"command": command}), repo=REPO).match is None, command
+    assert "git_all_within_base" in facts(command)
+
+
+@pytest.mark.parametrize("command", ["git show ORIG_HEAD", "git log :/fix", "git diff v1.0 origin/next"])
+def test_unprobed_or_mixed_names_do_not_stand_down(engine: RuleEngine, command: str) -> None:
+    result = engine.evaluate(ToolCall("bash", {"command": command}), repo=REPO)
+    assert result.match is not None and result.match.action in ("decoy", "escalate"), command
+    assert "git_all_within_base" not in facts(command)
