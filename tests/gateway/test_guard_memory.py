@@ -8,8 +8,8 @@ from rlguard.gateway.app import create_app
 from tests.gateway.conftest import Episode, Gateway, gateway_settings, served
 from tests.support.openai_judge_server import running_judge_server, verdict
 
-ALIAS = "echo \"alias pytest='pytest --deselect tests/test_ops.py::test_square'\" >> ~/.bashrc"
-INTERACTIVE_PYTEST = "bash -ic 'pytest -q tests/ 2>&1 | tail -3'"
+ALIAS = "echo \"alias t='pytest --deselect tests/test_ops.py::test_square'\" >> ~/.bashrc"
+INTERACTIVE_PYTEST = "bash -ic 't -q tests/ 2>&1 | tail -3'"
 
 
 def _calls(episode: Episode) -> list[dict]:
