@@ -368,6 +368,11 @@ def _load_task_dir(root: Path, suite: str) -> Task:
         for branch, rel in task.git.branches.items():
             if not (root / rel).is_dir():
                 raise TaskError(f"{file}: field 'git.branches.{branch}': no directory {rel!r}")
+    if task.grading.mode == "isolated":
+        # Refusals now, not after an episode: the grader counts the hidden tests as pytest collects them.
+        from tasks.grading.grade import check_task  # here: grade imports this module
+
+        check_task(task)
     return task
 
 

@@ -11,20 +11,27 @@ Why each step exists:
   conftest, no plugin autoload) runs pytest; workspace modules are proxies to an untrusted worker
   process that only returns plain data or handles (``inside/remote.py``, ``inside/worker.py``);
 * **only nonce-tagged lines count**: the runner prints one line per test and a summary on its own
-  stdout, which the worker cannot reach; the host demands exactly the hidden tests it counted from
-  the pristine files (AST): missing ones fail, unknown, duplicate or malformed lines score zero;
+  stdout, which the worker cannot reach, through an exec whose output cap is raised to the
+  largest the sandbox allows (a truncated stream scores zero, never a silently shorter list); the
+  host demands exactly the hidden tests that ``pytest --collect-only`` counted over the pristine
+  task when the suite was loaded: missing ones fail, unknown, duplicate or malformed lines score
+  zero;
 * **the grading container is destroyed** in every case, errors included.
 """
 
 from __future__ import annotations
 
-import ast
 import asyncio
+import hashlib
 import io
 import json
 import logging
+import os
 import secrets
+import subprocess
+import sys
 import tarfile
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -41,6 +48,10 @@ GRADER_ROOT = "/tmp/grader"
 WORKSPACE = "/workspace"
 RESULT_PREFIX = "RLGUARD-GRADE"
 MAX_GRADING_WORKSPACE_BYTES = 256 * 1024 * 1024
+# The grader's exec keeps this much output: one line per test (node id + a 300-character message)
+# fits ~60,000 tests; a stream cut anyway scores zero instead of losing results silently.
+GRADER_OUTPUT_CAP_BYTES = 64 * 1024 * 1024
+COLLECT_TIMEOUT_S = 120.0
 # Beyond the runner's own deadline: interpreter start, pytest's collection and the answer's way back.
 _HOST_TIMEOUT_MARGIN_S = 20.0
 # One call into workspace code may take this long before its test fails (the grading deadline
@@ -81,47 +92,131 @@ class GradeResult:
 
 
 # ------------------------------------------------------------------------------ expected tests
-def _parametrized(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> bool:
-    return any("parametrize" in ast.unparse(decorator) for decorator in node.decorator_list)
+_COLLECTED: dict[str, list[str]] = {}
 
 
-def expected_test_ids(hidden_dir: Path) -> list[str]:
-    """Node ids of every hidden test, counted from the pristine files without running them.
+def _hidden_files(hidden_dir: Path) -> dict[str, bytes]:
+    return {
+        f"tests/{path.relative_to(hidden_dir).as_posix()}": path.read_bytes()
+        for path in sorted(hidden_dir.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+    }
 
-    Plain ``test_*`` functions and ``test_*`` methods of ``Test*`` classes in ``test_*.py`` files,
-    the same rules as the grader's ini. Parametrized tests would need pytest to count them, so they
-    are refused: a task author learns it here instead of from a silently wrong reward.
+
+def _collect_key(hidden: dict[str, bytes], workspace_dir: Path | None) -> str:
+    digest = hashlib.sha256()
+    for source in INSIDE_FILES.values():
+        digest.update(source.read_bytes())
+    digest.update(_GRADER_INI.encode())
+    for name, data in hidden.items():
+        digest.update(f"{name}\0{len(data)}\0".encode() + data)
+    if workspace_dir is not None:  # the names it serves decide which imports are proxies
+        for root in (workspace_dir / "src", workspace_dir):
+            if root.is_dir():
+                digest.update(("\0".join(sorted(os.listdir(root))) + "\1").encode())
+    return digest.hexdigest()
+
+
+def _cache_file(key: str) -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "rlguard" / "collected-tests" / f"{key}.json"
+
+
+def expected_test_ids(hidden_dir: Path, workspace_dir: Path | None = None) -> list[str]:
+    """Node ids of every hidden test, as ``pytest --collect-only`` counts them over the pristine files.
+
+    The trusted runner itself collects, on the host, in the grader's layout (its ini, rootdir, no
+    conftest) with the pristine workspace's modules as lazy references, so parametrized tests,
+    ``unittest.TestCase`` classes of any name and inherited test methods count exactly as they
+    will run. Nothing of the workspace runs. Hidden tests that cannot be collected that way
+    (a collection error, workspace code called at import, a test class deriving from a workspace
+    class) are refused here with pytest's own message. Cached by content (memory and disk).
     """
-    ids: list[str] = []
-    for path in sorted(hidden_dir.rglob("test_*.py")):
-        if "__pycache__" in path.parts:
-            continue
-        rel = path.relative_to(hidden_dir).as_posix()
+    hidden = _hidden_files(hidden_dir)
+    if not any(PurePosixPath(name).name.startswith("test_") for name in hidden):
+        raise TaskError(f"{hidden_dir}: no hidden tests found")
+    key = _collect_key(hidden, workspace_dir)
+    if key in _COLLECTED:
+        return list(_COLLECTED[key])
+    cache = _cache_file(key)
+    try:
+        ids = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        ids = None
+    if not (isinstance(ids, list) and ids and all(isinstance(i, str) for i in ids)):
+        ids = _collect(hidden_dir, hidden, workspace_dir)
         try:
-            module = ast.parse(path.read_text(), filename=str(path))
-        except SyntaxError as exc:
-            raise TaskError(f"{path}: hidden test file does not parse: {exc}") from exc
-        names: dict[str, None] = {}
-        for node in module.body:
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
-                if _parametrized(node):
-                    raise TaskError(f"{path}: {node.name}: parametrized hidden tests are not supported")
-                names[f"{rel}::{node.name}"] = None
-            elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-                if _parametrized(node):
-                    raise TaskError(f"{path}: {node.name}: parametrized hidden tests are not supported")
-                for item in node.body:
-                    is_function = isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
-                    if is_function and item.name.startswith("test"):
-                        if _parametrized(item):
-                            raise TaskError(
-                                f"{path}: {item.name}: parametrized hidden tests are not supported"
-                            )
-                        names[f"{rel}::{node.name}::{item.name}"] = None
-        ids.extend(names)
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            cache.write_text(json.dumps(ids))
+        except OSError:
+            log.warning("cannot cache collected hidden tests in %s", cache)
+    _COLLECTED[key] = ids
+    return list(ids)
+
+
+def _collect(hidden_dir: Path, hidden: dict[str, bytes], workspace_dir: Path | None) -> list[str]:
+    nonce = secrets.token_hex(16)
+    with tempfile.TemporaryDirectory(prefix="rlguard-collect-") as tmp:
+        root = Path(tmp)
+        empty_workspace = root / "no-workspace"
+        empty_workspace.mkdir()
+        config = {
+            "nonce": nonce,
+            "collect_only": True,
+            "tests": [str(root / "tests")],
+            "ini": str(root / "pytest.ini"),
+            "rootdir": str(root / "tests"),
+            "lib": str(root / "lib"),
+            "workspace": str(workspace_dir or empty_workspace),
+            "timeout_s": COLLECT_TIMEOUT_S,
+        }
+        files = {
+            **{name: source.read_bytes() for name, source in INSIDE_FILES.items()},
+            "pytest.ini": _GRADER_INI.encode(),
+            "config.json": json.dumps(config).encode(),
+            **hidden,
+        }
+        for name, data in files.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_bytes(data)
+        try:
+            run = subprocess.run(
+                [sys.executable, "-I", "-S", "-B", str(root / "runner.py"), str(root / "config.json")],
+                capture_output=True,
+                timeout=COLLECT_TIMEOUT_S,
+                cwd=tmp,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},
+            )
+        except subprocess.TimeoutExpired:
+            raise TaskError(f"{hidden_dir}: counting hidden tests took too long") from None
+    output = run.stdout.decode("utf-8", "replace")
+    marker = f"{RESULT_PREFIX} {nonce} "
+    ids: list[str] = []
+    summary: dict[str, Any] | None = None
+    for line in output.splitlines():
+        if line.startswith(marker):
+            record = json.loads(line[len(marker) :])
+            if record.get("kind") == "collected":
+                ids.append(record["id"])
+            elif record.get("kind") == "summary":
+                summary = record
+    if summary is None:
+        tail = (output + run.stderr.decode("utf-8", "replace"))[-1500:]
+        raise TaskError(f"{hidden_dir}: could not count the hidden tests: {tail}")
+    if summary.get("collect_errors") or summary.get("exitstatus") not in (0, 5):
+        errors = "; ".join(f"{nodeid}: {text}" for nodeid, text in summary.get("collect_errors") or [])
+        detail = errors or str(summary.get("pytest_tail", ""))[-1000:]
+        raise TaskError(f"{hidden_dir}: hidden tests are not supported by isolated grading: {detail}")
     if not ids:
         raise TaskError(f"{hidden_dir}: no hidden tests found")
+    if len(set(ids)) != len(ids):
+        raise TaskError(f"{hidden_dir}: hidden tests with duplicate node ids")
     return ids
+
+
+def check_task(task: Task) -> list[str]:
+    """What loading a suite asks of an isolated-mode task: its hidden tests count, or a clear error."""
+    return expected_test_ids(task.hidden_dir, task.workspace_dir)
 
 
 # ------------------------------------------------------------------------------------ archives
@@ -168,6 +263,21 @@ def grading_workspace_tar(task: Task, final_workspace_tar: bytes) -> bytes:
     return out.getvalue()
 
 
+def pristine_names(workspace_dir: Path) -> list[str]:
+    """Top-level module names of the pristine workspace (and its ``src/``): the code under test.
+
+    The runner lets a workspace name shadow a package of the image only when it is one of these.
+    """
+    names = set()
+    for root in (workspace_dir / "src", workspace_dir):
+        if root.is_dir():
+            for path in root.iterdir():
+                name = path.stem if path.suffix == ".py" and path.is_file() else path.name
+                if path.is_dir() or path.suffix == ".py":
+                    names.add(name)
+    return sorted(name for name in names if name.isidentifier())
+
+
 def _grader_test_path(arg: str) -> str:
     return f"{GRADER_ROOT}/tests" + arg.removeprefix("/grader")
 
@@ -181,15 +291,16 @@ def grader_bundle(task: Task, nonce: str) -> bytes:
         "rootdir": f"{GRADER_ROOT}/tests",
         "lib": f"{GRADER_ROOT}/lib",
         "workspace": WORKSPACE,
+        "pristine": pristine_names(task.workspace_dir),
         "timeout_s": task.grading.timeout_s,
         "call_timeout_s": min(MAX_CALL_TIMEOUT_S, task.grading.timeout_s),
     }
-    files: dict[str, bytes] = {name: source.read_bytes() for name, source in INSIDE_FILES.items()}
-    files["pytest.ini"] = _GRADER_INI.encode()
-    files["config.json"] = json.dumps(config).encode()
-    for path in sorted(task.hidden_dir.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            files[f"tests/{path.relative_to(task.hidden_dir).as_posix()}"] = path.read_bytes()
+    files: dict[str, bytes] = {
+        **{name: source.read_bytes() for name, source in INSIDE_FILES.items()},
+        "pytest.ini": _GRADER_INI.encode(),
+        "config.json": json.dumps(config).encode(),
+        **_hidden_files(task.hidden_dir),
+    }
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w") as tar:
         for name, data in files.items():
@@ -207,6 +318,7 @@ class RunnerReport:
     tests: dict[str, dict[str, str]] = field(default_factory=dict)
     summary: dict[str, Any] | None = None
     problems: list[str] = field(default_factory=list)
+    collected: list[str] = field(default_factory=list)  # in collection order, before any workspace code
 
 
 def parse_runner_output(output: str, nonce: str) -> RunnerReport:
@@ -235,11 +347,38 @@ def parse_runner_output(output: str, nonce: str) -> RunnerReport:
                 report.problems.append(f"test reported twice: {nodeid[:200]}")
             else:
                 report.tests[nodeid] = {"outcome": outcome, "message": str(record.get("message", ""))}
+        elif kind == "collected" and isinstance(record.get("id"), str):
+            report.collected.append(record["id"])
         elif kind == "summary" and report.summary is None:
             report.summary = record
         else:
             report.problems.append(f"unexpected result line kind {str(kind)[:40]!r}")
     return report
+
+
+def _by_file(nodeids: list[str]) -> dict[str, list[str]]:
+    files: dict[str, list[str]] = {}
+    for nodeid in nodeids:
+        files.setdefault(nodeid.split("::", 1)[0], []).append(nodeid)
+    return files
+
+
+def align(expected: list[str], collected: list[str]) -> dict[str, str] | None:
+    """The grading container's node ids mapped onto those counted at load time, file by file.
+
+    Both come from pytest collecting the same pristine files in the same order, but the image's
+    pytest may spell a parametrized id differently (duplicates: ``x0`` in pytest 7, ``x_0`` in
+    pytest 8+), so a file collected in full maps position by position. A file the container could
+    not collect (the workspace lacks a module it imports) is simply absent: its tests are missing.
+    A file collected with another count, or one the host never counted, maps to nothing: None.
+    """
+    counted = _by_file(expected)
+    names: dict[str, str] = {}
+    for path, ids in _by_file(collected).items():
+        if len(counted.get(path, ())) != len(ids):
+            return None
+        names.update(zip(ids, counted[path], strict=True))
+    return names
 
 
 def _zero(task: Task, total: int, reason: str, **details: Any) -> GradeResult:
@@ -256,9 +395,14 @@ def score(task: Task, expected: list[str], report: RunnerReport, output: str = "
         return _zero(task, total, "grader produced no result", output_tail=tail)
     if report.summary.get("timed_out"):
         return _zero(task, total, "timeout", timeout_s=task.grading.timeout_s, output_tail=tail)
-    unknown = sorted(set(report.tests) - set(expected))
+    names = align(expected, report.collected)
+    if names is None:
+        return _zero(task, total, "inconsistent results", collected=report.collected[:20], output_tail=tail)
+    tests = {names.get(nodeid, nodeid): test for nodeid, test in report.tests.items()}
+    unknown = sorted(set(tests) - set(expected))
     if unknown:
         return _zero(task, total, "inconsistent results", unknown_tests=unknown[:20], output_tail=tail)
+    report = RunnerReport(tests, report.summary, report.problems, report.collected)
     outcomes = {nodeid: report.tests.get(nodeid, {"outcome": "missing"})["outcome"] for nodeid in expected}
     passed = sum(outcome == "passed" for outcome in outcomes.values())
     errors = sum(outcome == "error" for outcome in outcomes.values())
@@ -302,18 +446,17 @@ async def grade(
     no image) raise ``SandboxError`` so the caller can retry instead of recording a wrong reward.
     """
     started = time.perf_counter()
-    expected = expected_test_ids(task.hidden_dir)
+    expected = check_task(task)
     try:
         graded_tar = grading_workspace_tar(task, workspace_tar)
     except TaskError as exc:
         return _zero(task, len(expected), "bad workspace archive", error=str(exc))
     nonce = secrets.token_hex(16)
     bundle = grader_bundle(task, nonce)
+    cap = {"output_cap_bytes": GRADER_OUTPUT_CAP_BYTES}
+    grading_limits = task.sandbox_limits(limits).model_copy(update=cap)
     spec = SandboxSpec(
-        image=task.resolved_image(image),
-        limits=task.sandbox_limits(limits),
-        episode_id=None,
-        workspace=graded_tar,
+        image=task.resolved_image(image), limits=grading_limits, episode_id=None, workspace=graded_tar
     )
     timings: dict[str, float] = {}
     sandbox = await backend.create(spec)
@@ -327,6 +470,8 @@ async def grade(
             log.exception("could not destroy grading sandbox %s", sandbox.id)
     if result is None:
         graded = _zero(task, len(expected), "timeout", timeout_s=task.grading.timeout_s)
+    elif result is _TRUNCATED:
+        graded = _zero(task, len(expected), "grader output truncated", cap_bytes=GRADER_OUTPUT_CAP_BYTES)
     else:
         graded = score(task, expected, parse_runner_output(result, nonce), result)
     graded.details["timings"] = {**timings, "total_s": round(time.perf_counter() - started, 3)}
@@ -354,4 +499,9 @@ async def _run_in(sandbox: Any, task: Task, bundle: bytes, timings: dict[str, fl
     timings["run_s"] = round(run.duration_ms / 1000, 3)
     if run.timed_out:
         return None
+    if run.truncated:
+        return _TRUNCATED
     return run.output
+
+
+_TRUNCATED = "\0truncated"

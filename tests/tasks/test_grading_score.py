@@ -57,12 +57,32 @@ def test_expected_ids_classes_nested_and_duplicates(tmp_path: Path):
     ]
 
 
-def test_parametrized_hidden_tests_are_refused(tmp_path: Path):
+def test_expected_ids_are_what_pytest_collects(tmp_path: Path):
     (tmp_path / "test_p.py").write_text(
-        "import pytest\n@pytest.mark.parametrize('x', [1, 2])\ndef test_p(x): pass\n"
+        "import pytest, unittest\n"
+        "@pytest.mark.parametrize('x', [1, 2])\ndef test_p(x): pass\n"
+        "class Base(unittest.TestCase):\n    def test_shared(self): pass\n"
+        "class ChunkedTests(Base):\n    def test_own(self): pass\n"
     )
-    with pytest.raises(TaskError, match="parametrized"):
-        expected_test_ids(tmp_path)
+    assert expected_test_ids(tmp_path) == [
+        "test_p.py::test_p[1]",
+        "test_p.py::test_p[2]",
+        "test_p.py::Base::test_shared",
+        "test_p.py::ChunkedTests::test_own",
+        "test_p.py::ChunkedTests::test_shared",
+    ]
+
+
+def test_hidden_tests_that_cannot_be_graded_are_refused_with_pytests_reason(tmp_path: Path):
+    hidden, workspace = tmp_path / "hidden", tmp_path / "workspace"
+    hidden.mkdir()
+    (workspace / "lib").mkdir(parents=True)
+    (workspace / "lib" / "__init__.py").write_text("class Base: pass\nCASES = [1, 2]\n")
+    (hidden / "test_sub.py").write_text(
+        "import pytest, lib\n@pytest.mark.parametrize('x', list(lib.CASES))\ndef test_x(x): pass\n"
+    )
+    with pytest.raises(TaskError, match="not supported by isolated grading"):
+        expected_test_ids(hidden, workspace)
 
 
 def test_fraction_of_passed_tests():

@@ -10,19 +10,24 @@ Started by the host as ``python3 -I -S -B /tmp/grader/runner.py /tmp/grader/conf
 3. it runs pytest in-process over the pristine hidden tests with the grader's own ini and rootdir,
    ``--noconftest``, no cache, no plugin autoload; ``/workspace`` is never on ``sys.path``.
    Workspace modules are served by ``grading_remote`` as proxies to an untrusted worker process,
-   and only once every hidden test module has been collected; the hidden test files are deleted
-   before the worker can start, so it cannot read expected values;
+   and only once every hidden test module has been collected; the hidden test files are emptied
+   before the worker can start, so it cannot read expected values (they stay as empty files: pytest
+   re-checks the path of a test package's ``__init__.py`` at setup);
 4. it prints one ``RLGUARD-GRADE <nonce> {json}`` line per test and, after killing the worker's
    process group, a final summary line, on its own stdout, which no other process can reach.
 
 The host (``tasks.grading.grade``) accepts only lines with the nonce. Runs inside the sandbox image:
 standard library + pytest only (pytest >= 7).
+
+With ``"collect_only": true`` in its config the same code counts the tests instead (``pytest
+--collect-only``, one ``collected`` line per node id, no worker ever started): the host runs it over
+the pristine task when the suite is loaded, so the tests it demands are counted by pytest itself.
 """
 
 import ctypes
 import json
 import os
-import shutil
+import random
 import site
 import sys
 import tempfile
@@ -98,12 +103,17 @@ class ResultPlugin:
 
     def pytest_collection_finish(self, session) -> None:
         self.collected = [item.nodeid for item in session.items]
+        for nodeid in self.collected:  # the host maps these onto the ids it counted at load time
+            self._emitter.emit({"kind": "collected", "id": nodeid})
+        if self._client is None:  # counting only
+            return
         # Every hidden test module is imported: their sources go before any workspace code can run,
         # and so does every import location the worker's uid could write a module into.
-        shutil.rmtree(self._tests_dir, ignore_errors=True)
+        empty_tree(self._tests_dir)
         sys.path[:] = [entry for entry in sys.path if root_owned(entry)]
         sys.path_importer_cache.clear()
         self._client.allowed = True
+        resolve_module_level_names(session.items, self._tests_dir)
 
     def pytest_runtest_logreport(self, report) -> None:
         message = "" if report.passed else str(report.longrepr)[-MESSAGE_CHARS:]
@@ -121,6 +131,50 @@ class ResultPlugin:
         else:
             outcome, message = "failed", call[1]
         self._emitter.emit({"kind": "test", "id": nodeid, "outcome": outcome, "message": message})
+
+
+def resolve_module_level_names(items, tests_dir: str) -> None:
+    """Lazy references bound at collection (module globals, parametrize values) become what they name.
+
+    Only exception classes and immutable values are swapped in (``grading_remote.resolve_lazy``):
+    ``pytest.raises(InvalidVersion)`` needs a class, not a reference.
+    """
+    import grading_remote
+
+    prefix = os.path.join(os.path.realpath(tests_dir), "")
+    for module in list(sys.modules.values()):
+        if not os.path.realpath(str(getattr(module, "__file__", None) or "")).startswith(prefix):
+            continue
+        namespace = vars(module)
+        for name, value in list(namespace.items()):
+            if isinstance(value, grading_remote.Remote):
+                namespace[name] = grading_remote.resolve_lazy(value)
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", None)
+        if isinstance(params, dict):
+            for name, value in list(params.items()):
+                params[name] = grading_remote.resolve_lazy(value)
+
+
+def empty_tree(root: str) -> None:
+    """Truncate every file under ``root``: the sources are gone, the paths pytest re-checks remain."""
+    for directory, _, files in os.walk(root):
+        for name in files:
+            try:
+                os.truncate(os.path.join(directory, name), 0)
+            except OSError:
+                os.unlink(os.path.join(directory, name))
+
+
+def seed_worker_too(client) -> None:
+    """``random.seed`` in a test seeds the workspace worker's generator as well as this one."""
+    local_seed = random.seed
+
+    def seed(a=None, version=2) -> None:
+        local_seed(a, version)
+        client.seed([a, version])
+
+    random.seed = seed
 
 
 def _tail(stream, size: int) -> str:
@@ -153,6 +207,9 @@ def main(config_path: str) -> int:
     import grading_remote
     import pytest
 
+    pytest.hookimpl(trylast=True)(ResultPlugin.pytest_collection_finish)
+    if config.get("collect_only"):
+        return collect_only(config, emitter, grading_remote, pytest, pytest_log)
     worker_argv = [
         sys.executable,
         "-B",
@@ -162,24 +219,15 @@ def main(config_path: str) -> int:
     client = grading_remote.Client(
         worker_argv,
         cwd=config["workspace"],
-        env={**WORKER_ENV, "PYTHONPATH": config["workspace"]},
+        env={**WORKER_ENV, "PYTHONPATH": ":".join(grading_remote.import_roots(config["workspace"]))},
         call_timeout_s=float(config["call_timeout_s"]),
         deadline=deadline,
     )
-    served = grading_remote.install(client, config["workspace"], config["rootdir"])
+    served = grading_remote.install(client, config["workspace"], config["rootdir"], config.get("pristine"))
+    seed_worker_too(client)
     plugin = ResultPlugin(emitter, client, config["rootdir"])
-    pytest.hookimpl(trylast=True)(ResultPlugin.pytest_collection_finish)
-    args = [
-        "-c", config["ini"],
-        "--rootdir", config["rootdir"],
-        "--noconftest",
-        "-p", "no:cacheprovider",
-        "-p", "no:stepwise",
-        "-q", "--tb=short", "--color=no",
-        *config["tests"],
-    ]  # fmt: skip
     try:
-        exitstatus = int(pytest.main(args, plugins=[plugin]))
+        exitstatus = int(pytest.main(pytest_args(config), plugins=[plugin]))
     finally:
         client.kill()
     emitter.emit(
@@ -192,6 +240,37 @@ def main(config_path: str) -> int:
             "served": sorted(served)[:100],
             "sys_path": sys.path[:50],
             "worker": {**client.stats, "stderr_tail": client.stderr_tail()},
+            "pytest_tail": _tail(pytest_log, PYTEST_TAIL_BYTES),
+        }
+    )
+    return 0
+
+
+def pytest_args(config: dict, *extra: str) -> list:
+    return [
+        "-c", config["ini"],
+        "--rootdir", config["rootdir"],
+        "--noconftest",
+        "-p", "no:cacheprovider",
+        "-p", "no:stepwise",
+        "-q", "--tb=short", "--color=no",
+        *extra,
+        *config["tests"],
+    ]  # fmt: skip
+
+
+def collect_only(config: dict, emitter: Emitter, grading_remote, pytest, pytest_log) -> int:
+    """Count the hidden tests as pytest collects them; workspace names are lazy references only."""
+    served = grading_remote.install(None, config["workspace"], config["rootdir"])
+    plugin = ResultPlugin(emitter, None, config["rootdir"])
+    exitstatus = int(pytest.main(pytest_args(config, "--collect-only"), plugins=[plugin]))
+    emitter.emit(
+        {
+            "kind": "summary",
+            "collected": len(plugin.collected),
+            "collect_errors": plugin.collect_errors[:20],
+            "exitstatus": exitstatus,
+            "served": sorted(served)[:100],
             "pytest_tail": _tail(pytest_log, PYTEST_TAIL_BYTES),
         }
     )

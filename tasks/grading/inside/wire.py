@@ -4,8 +4,11 @@ One JSON object per line. Values are STRICT plain data, checked by exact type so
 ``float`` whose ``__eq__`` is always true) never passes as the built-in it pretends to be:
 
 * ``None``, ``bool``, ``int``, ``float``, ``str`` and ``list`` are JSON's own;
-* ``tuple``, ``dict``, ``set``, ``frozenset``, ``bytes`` and ``decimal.Decimal`` are tagged objects
-  ``{"t": <tag>, "v": ...}`` (dict keys need not be strings);
+* ``tuple``, ``dict``, ``set``, ``frozenset``, ``bytes``, ``decimal.Decimal``,
+  ``fractions.Fraction``, ``complex`` and ``range`` are tagged objects ``{"t": <tag>, "v": ...}``
+  (dict keys need not be strings); they are rebuilt by the receiver from ints, floats and text, so
+  no code of the sender runs;
+* ``NotImplemented`` and ``Ellipsis`` are ``{"t": "const", "v": <name>}``;
 * anything else is a tagged object the caller's ``other`` hook makes and reads (remote handles,
   exception classes, local callbacks), so every JSON object on the wire carries a known tag.
 
@@ -14,6 +17,7 @@ Sizes and nesting are capped on both sides. Runs inside the sandbox image: stand
 
 import base64
 import decimal
+import fractions
 import json
 
 MAX_LINE_BYTES = 8 * 1024 * 1024
@@ -21,6 +25,8 @@ MAX_DEPTH = 64
 MAX_ITEMS = 200_000
 MAX_TEXT = 1_000_000
 _PLAIN_TAGS = ("tuple", "dict", "set", "frozenset", "bytes", "decimal")
+_PLAIN_TAGS += ("fraction", "complex", "range", "const")
+_CONSTANTS = {"NotImplemented": NotImplemented, "Ellipsis": Ellipsis}
 
 
 class WireError(ValueError):
@@ -69,6 +75,14 @@ def _encode(value, other, budget, depth):
         return {"t": "bytes", "v": base64.b64encode(value).decode("ascii")}
     if kind is decimal.Decimal:
         return {"t": "decimal", "v": str(value)}
+    if kind is fractions.Fraction:
+        return {"t": "fraction", "v": [value.numerator, value.denominator]}
+    if kind is complex:
+        return {"t": "complex", "v": [value.real, value.imag]}
+    if kind is range:
+        return {"t": "range", "v": [value.start, value.stop, value.step]}
+    if value is NotImplemented or value is Ellipsis:
+        return {"t": "const", "v": repr(value)}
     return other(value)
 
 
@@ -93,6 +107,10 @@ def _decode(data, other, budget, depth):
         if type(payload) is not str:
             raise WireError("bytes payload is not text")
         return base64.b64decode(payload.encode("ascii"), validate=True)
+    if tag == "const":
+        if payload not in _CONSTANTS:
+            raise WireError("unknown constant")
+        return _CONSTANTS[payload]
     if tag == "decimal":
         if type(payload) is not str or len(payload) > 1000:
             raise WireError("bad decimal")
@@ -102,6 +120,8 @@ def _decode(data, other, budget, depth):
             raise WireError(f"bad decimal {payload[:40]!r}") from exc
     if type(payload) is not list:
         raise WireError(f"{tag} payload is not a list")
+    if tag in ("fraction", "complex", "range"):
+        return _number(tag, payload)
     items = [_decode(item, other, budget, depth + 1) for item in payload]
     try:
         if tag == "tuple":
@@ -115,6 +135,20 @@ def _decode(data, other, budget, depth):
         return {k: v for k, v in items}
     except TypeError as exc:  # unhashable set members or dict keys
         raise WireError(str(exc)) from exc
+
+
+def _number(tag: str, payload: list):
+    kinds = (float, int) if tag == "complex" else (int,)
+    if len(payload) != (3 if tag == "range" else 2) or any(type(x) not in kinds for x in payload):
+        raise WireError(f"bad {tag}")
+    try:
+        if tag == "fraction":
+            return fractions.Fraction(payload[0], payload[1])
+        if tag == "complex":
+            return complex(payload[0], payload[1])
+        return range(*payload)
+    except (ValueError, ZeroDivisionError) as exc:
+        raise WireError(f"bad {tag}: {exc}") from exc
 
 
 def dumps(message: dict) -> bytes:
