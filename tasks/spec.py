@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sandbox.settings import SandboxLimits
+from tasks.collect import expected_test_ids
 from tasks.errors import TaskError
 from tasks.testfiles import clean_name, is_protected
 
@@ -370,9 +371,7 @@ def _load_task_dir(root: Path, suite: str) -> Task:
                 raise TaskError(f"{file}: field 'git.branches.{branch}': no directory {rel!r}")
     if task.grading.mode == "isolated":
         # Refusals now, not after an episode: the grader counts the hidden tests as pytest collects them.
-        from tasks.grading.grade import check_task  # here: grade imports this module
-
-        check_task(task)
+        expected_test_ids(task.hidden_dir, task.workspace_dir)
     return task
 
 

@@ -22,6 +22,7 @@ import pytest
 from sandbox.docker_backend import DockerBackend
 from sandbox.image import ensure_image
 from sandbox.settings import SandboxSettings
+from tasks.grading import grade as grade_module
 from tasks.grading.grade import GradeResult, check_task, grade
 from tasks.spec import Task, load_suite
 
@@ -115,7 +116,7 @@ async def test_packaging_workspace_copy_wins_over_the_images_and_no_result_is_lo
     assert fixed.reward == 1.0, {k: v for k, v in fixed.details.items() if k != "tests"}
 
 
-async def test_two_thousand_tests_with_long_ids_lose_no_result(backend, tmp_path):
+async def test_two_thousand_tests_with_long_ids_lose_no_result(backend, tmp_path, monkeypatch):
     root = tmp_path / "big" / "many"
     (root / "workspace" / "bigcalc").mkdir(parents=True)
     (root / "hidden").mkdir()
@@ -130,3 +131,7 @@ async def test_two_thousand_tests_with_long_ids_lose_no_result(backend, tmp_path
     result = await grade(backend, task, task.workspace_tar())
     assert_every_test_reported(task, result)
     assert result.total == result.passed == 2000 and result.reward == 1.0
+    # Were the stream cut anyway, the reward is 0 with the reason, never a shorter list of results.
+    monkeypatch.setattr(grade_module, "GRADER_OUTPUT_CAP_BYTES", 64 * 1024)
+    cut = await grade(backend, task, task.workspace_tar())
+    assert (cut.reward, cut.details["reason"]) == (0.0, "grader output truncated")

@@ -183,7 +183,7 @@ def run_runner(
     (root / "tests").mkdir()
     for name, source in grading.INSIDE_FILES.items():
         shutil.copy(source, root / name)
-    (root / "pytest.ini").write_text(grading._GRADER_INI)
+    (root / "pytest.ini").write_text(grading.GRADER_INI)
     (root / "tests" / "test_shop.py").write_text(textwrap.dedent(hidden))
     for name, text in (WORKSPACE if workspace is None else workspace).items():
         path = workspace_dir / name
