@@ -63,7 +63,7 @@ class EnvironmentSpec(BaseModel):
 
     python_packages: list[str] = Field(
         default_factory=list,
-        description="PEP 508 requirements (pin them: NAME==VERSION), installed from wheels fetched on the host",
+        description="PEP 508 requirements (pin them: NAME==VERSION), installed from host-fetched wheels",
     )
     setup: list[str] = Field(
         default_factory=list,
@@ -91,7 +91,9 @@ class EnvironmentSpec(BaseModel):
             raise ValueError(f"at most {MAX_SETUP_COMMANDS} setup commands; got {len(commands)}")
         for command in commands:
             if not command.strip() or len(command) > MAX_COMMAND_CHARS:
-                raise ValueError(f"setup commands must be non-empty and at most {MAX_COMMAND_CHARS} characters")
+                raise ValueError(
+                    f"setup commands must be non-empty and at most {MAX_COMMAND_CHARS} characters"
+                )
         return commands
 
     @property
@@ -261,7 +263,9 @@ def fetch_wheels(
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=PIP_DOWNLOAD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise TaskError(f"pip download of {spec.python_packages} took over {PIP_DOWNLOAD_TIMEOUT_S:.0f} s") from None
+        raise TaskError(
+            f"pip download of {spec.python_packages} took over {PIP_DOWNLOAD_TIMEOUT_S:.0f} s"
+        ) from None
     if done.returncode != 0:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:])
         raise TaskError(f"pip download of {spec.python_packages} failed:\n{tail}")
@@ -364,20 +368,18 @@ def _build(
             container.remove(force=True)
 
 
-def build_suite_environments(
+def build_environments(
     client: docker.DockerClient,
-    specs: list[EnvironmentSpec | None],
-    base_image: str,
+    wanted: list[tuple[EnvironmentSpec | None, str]],
     cache_dir: Path,
     *,
     log: Callable[[str], None] = _log,
 ) -> list[BuildResult]:
-    """Build every distinct environment among ``specs`` once; tasks without one need nothing."""
+    """Build each distinct ``(environment, base image)`` pair once; tasks without an environment need none."""
     results: dict[str, BuildResult] = {}
-    for spec in specs:
-        if spec is None or spec.empty:
-            continue
+    for spec, base_image in wanted:
         tag = environment_image(spec, base_image)
-        if tag not in results:
-            results[tag] = build_environment(client, spec, base_image, cache_dir, log=log)
+        if spec is None or tag == base_image or tag in results:
+            continue
+        results[tag] = build_environment(client, spec, base_image, cache_dir, log=log)
     return list(results.values())

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tasks.environments import build_suite_environments, environment_image
+from tasks.environments import build_environments, environment_image
 from tasks.errors import TaskError
 from tasks.realworld.recipes import RECIPES_FILE, Recipe, load_recipes, recipes_digest
 from tasks.realworld.repos import Instance, build_project_repo, fetch_sdist
@@ -92,7 +92,9 @@ def build_repositories(
     for group in by_repo.values():
         versions = {(recipe.project, recipe.version) for recipe in group}
         if len(versions) != 1:
-            raise TaskError(f"{group[0].repo}: all tasks of one repository must use one sdist; got {versions}")
+            raise TaskError(
+                f"{group[0].repo}: all tasks of one repository must use one sdist; got {versions}"
+            )
         project, version = versions.pop()
         sdist = fetch_sdist(project, version, work_dir / "sdists", log=log)
         for instance in build_project_repo(sdist, group, work_dir / "repos" / group[0].repo_dir_name):
@@ -140,10 +142,14 @@ async def build_realworld(
     base_image: str,
     *,
     recipes_file: Path = RECIPES_FILE,
+    env_cache_dir: Path | None = None,
     force: bool = False,
     log: Callable[[str], None] = _log,
 ) -> SuiteBuild:
-    """Build the suite into ``suite_dir`` (its name is the suite's); ``work_dir`` keeps the caches."""
+    """Build the suite into ``suite_dir`` (its name is the suite's); ``work_dir`` keeps the caches.
+
+    ``env_cache_dir`` holds the wheels of environment images (default: ``work_dir/envs``).
+    """
     import docker.errors
 
     started = time.monotonic()
@@ -167,11 +173,10 @@ async def build_realworld(
     work_dir.mkdir(parents=True, exist_ok=True)
     instances = build_repositories(recipes, work_dir, log=log)
     await asyncio.to_thread(
-        build_suite_environments,
+        build_environments,
         client,
-        [recipe.environment() for recipe in recipes],
-        base_image,
-        work_dir / "envs",
+        [(recipe.environment(), base_image) for recipe in recipes],
+        env_cache_dir or work_dir / "envs",
         log=log,
     )
     log(f"computing the ground truth of {len(instances)} tasks with plain pytest ...")

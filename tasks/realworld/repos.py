@@ -150,7 +150,9 @@ def build_project_repo(sdist: Path, recipes: list[Recipe], repo_dir: Path) -> li
         try:
             git(repo_dir, "apply", "--index", "-", input_text=bug_patch(recipe))
         except TaskError as exc:
-            raise TaskError(f"{recipe.instance_id}: the bug patch does not apply to {sdist.name}: {exc}") from None
+            raise TaskError(
+                f"{recipe.instance_id}: the bug patch does not apply to {sdist.name}: {exc}"
+            ) from None
         git(repo_dir, "rm", "-q", "--", *recipe.tests)
         git(repo_dir, "commit", "-q", "-m", f"{recipe.instance_id}: base")
         base = git(repo_dir, "rev-parse", "HEAD").strip()
@@ -188,4 +190,3 @@ def tree_at(instance: Instance, *, fixed: bool) -> Path:
             shutil.rmtree(out, ignore_errors=True)
             raise TaskError(f"{instance.recipe.instance_id}: a patch does not apply: {done.stderr.strip()}")
     return out
-

@@ -53,7 +53,9 @@ def parse_summary(output: str) -> dict[str, str]:
     return outcomes
 
 
-async def run_plain_pytest(backend: SandboxBackend, image: str, tree: Path, tests: list[str]) -> dict[str, str]:
+async def run_plain_pytest(
+    backend: SandboxBackend, image: str, tree: Path, tests: list[str]
+) -> dict[str, str]:
     """Outcomes of plain pytest over ``tests`` in a fresh sandbox of ``image`` holding ``tree``."""
     limits = SandboxLimits(
         memory="2g",
