@@ -140,9 +140,12 @@ def build_environment(
     *,
     log: Callable[[str], None] = _log,
     pip: tuple[str, ...] = (sys.executable, "-m", "pip"),
+    index_args: tuple[str, ...] = (),
 ) -> BuildResult:
     """Build (or find) the derived image of ``spec`` over ``base_image``; wheels are cached in ``cache_dir``.
 
+    ``index_args`` are extra ``pip download`` options naming where wheels come from (default: pip's
+    configured index; ``("--no-index", "--find-links", DIR)`` for a local directory of wheels).
     Concurrent builds of the same recipe (several processes) wait on a file lock: one builds.
     """
     import docker.errors
@@ -166,7 +169,7 @@ def build_environment(
         wheels = None
         if spec.python_packages:
             target = _target(client, base_image)
-            wheels = fetch_wheels(spec, cache_dir / "wheels", target, pip=pip, log=log)
+            wheels = fetch_wheels(spec, cache_dir / "wheels", target, pip=pip, index_args=index_args, log=log)
         log(f"building environment image {tag} over {base_image} (offline) ...")
         _build(client, spec, base_image, base_id, tag, wheels)
     log(f"environment image {tag} is ready")
@@ -227,6 +230,7 @@ def fetch_wheels(
     target: Target,
     *,
     pip: tuple[str, ...] = (sys.executable, "-m", "pip"),
+    index_args: tuple[str, ...] = (),
     log: Callable[[str], None] = _log,
 ) -> Path:
     """Wheels for ``spec`` and their dependencies (plus pip's own wheel) in a cached directory.
@@ -235,7 +239,7 @@ def fetch_wheels(
     with network. A directory marked complete is reused without asking the index again.
     """
     key = hashlib.sha256(
-        json.dumps([spec.python_packages, target.python_version, target.machine]).encode()
+        json.dumps([spec.python_packages, target.python_version, target.machine, index_args]).encode()
     ).hexdigest()[:16]
     dest = cache_dir / key
     if (dest / _COMPLETE).is_file():
@@ -255,6 +259,7 @@ def fetch_wheels(
         "--implementation",
         "cp",
         *platform_args,
+        *index_args,
         "--dest",
         str(dest),
         "pip",
@@ -373,6 +378,7 @@ def build_environments(
     wanted: list[tuple[EnvironmentSpec | None, str]],
     cache_dir: Path,
     *,
+    index_args: tuple[str, ...] = (),
     log: Callable[[str], None] = _log,
 ) -> list[BuildResult]:
     """Build each distinct ``(environment, base image)`` pair once; tasks without an environment need none."""
@@ -381,5 +387,5 @@ def build_environments(
         tag = environment_image(spec, base_image)
         if spec is None or tag == base_image or tag in results:
             continue
-        results[tag] = build_environment(client, spec, base_image, cache_dir, log=log)
+        results[tag] = build_environment(client, spec, base_image, cache_dir, index_args=index_args, log=log)
     return list(results.values())
