@@ -170,6 +170,25 @@ async def build_realworld(
     ):
         return SuiteBuild(suite_dir, rows_path, repos_dir, ids, True, time.monotonic() - started)
     stamp_path.unlink(missing_ok=True)
+    await make_rows(
+        work_dir, backend, client, base_image, recipes=recipes, env_cache_dir=env_cache_dir, log=log
+    )
+    import_rows(rows_path, repos_dir, suite_dir)
+    stamp_path.write_text(json.dumps(stamp))
+    return SuiteBuild(suite_dir, rows_path, repos_dir, ids, False, time.monotonic() - started)
+
+
+async def make_rows(
+    work_dir: Path,
+    backend: SandboxBackend,
+    client: docker.DockerClient,
+    base_image: str,
+    *,
+    recipes: list[Recipe],
+    env_cache_dir: Path | None = None,
+    log: Callable[[str], None] = _log,
+) -> list[dict[str, Any]]:
+    """Steps 1-4: repositories in ``work_dir/repos``, environments, ground truth, ``work_dir/rows.jsonl``."""
     work_dir.mkdir(parents=True, exist_ok=True)
     instances = build_repositories(recipes, work_dir, log=log)
     await asyncio.to_thread(
@@ -183,10 +202,8 @@ async def build_realworld(
     truths = await compute_ground_truth(backend, instances, base_image)
     check_against_recipes(instances, truths)
     rows = [swebench_row(instance, truths[instance.recipe.instance_id]) for instance in instances]
-    rows_path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    import_rows(rows_path, repos_dir, suite_dir)
-    stamp_path.write_text(json.dumps(stamp))
-    return SuiteBuild(suite_dir, rows_path, repos_dir, ids, False, time.monotonic() - started)
+    (work_dir / ROWS_FILE).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return rows
 
 
 def import_rows(rows_path: Path, repos_dir: Path, suite_dir: Path) -> list[str]:
