@@ -313,7 +313,8 @@ def _build(
 
     container = client.containers.create(
         base_image,
-        command=["sleep", "infinity"],
+        # Bounded: a build container orphaned by a killed process stops by itself.
+        command=["sleep", str(4 * BUILD_STEP_TIMEOUT_S)],
         user="root",
         working_dir="/",
         network_mode="none",

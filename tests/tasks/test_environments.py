@@ -105,7 +105,8 @@ def _probe_wheel(directory: Path, name: str, version: str) -> None:
     files = {
         f"{module}.py": f"VERSION = {version!r}\n",
         f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: rlguard-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: rlguard-test\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
     }
     files[f"{dist}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{dist}/RECORD"])
     with zipfile.ZipFile(directory / f"{module}-{version}-py3-none-any.whl", "w") as wheel:
@@ -153,13 +154,13 @@ def _run(client: docker.DockerClient, image: str, command: str) -> str:
     return client.containers.run(image, ["bash", "-c", command], network_mode="none", remove=True).decode()
 
 
-
-
 @pytest.mark.docker
 def test_built_image_has_the_package_and_the_sandbox_image_config(engine, built) -> None:
     client, base = engine
     image, _ = built
-    out = _run(client, image, "python3 -c 'import rlguard_probe as m; print(m.VERSION, m.__file__)'; id -un; pwd")
+    out = _run(
+        client, image, "python3 -c 'import rlguard_probe as m; print(m.VERSION, m.__file__)'; id -un; pwd"
+    )
     version, path, user, cwd = out.split()
     assert version == "1.0" and path.startswith("/usr/local/lib/python3")
     assert (user, cwd) == ("agent", "/workspace")
