@@ -166,10 +166,10 @@ def build_project_repo(sdist: Path, recipes: list[Recipe], repo_dir: Path) -> li
     return instances
 
 
-def tree_at(instance: Instance, *, fixed: bool) -> Path:
-    """A temporary directory holding the base commit with the test patch (and the gold patch if ``fixed``).
+def graded_tree(instance: Instance) -> Path:
+    """A temporary directory holding the base commit with the test patch applied (the caller removes it).
 
-    The caller removes it. This is what plain pytest runs on to compute the ground truth.
+    This is what plain pytest runs on (then with the gold patch too) to compute the ground truth.
     """
     out = Path(tempfile.mkdtemp(prefix="rlguard-tree-"))
     archive = subprocess.run(
@@ -181,12 +181,12 @@ def tree_at(instance: Instance, *, fixed: bool) -> Path:
     ).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(out, filter="data")
-    patches = [instance.test_patch] + ([instance.patch] if fixed else [])
-    for text in patches:
-        done = subprocess.run(
-            ["git", "apply", "-"], cwd=out, input=text, capture_output=True, text=True, timeout=60
+    done = subprocess.run(
+        ["git", "apply", "-"], cwd=out, input=instance.test_patch, capture_output=True, text=True, timeout=60
+    )
+    if done.returncode != 0:
+        shutil.rmtree(out, ignore_errors=True)
+        raise TaskError(
+            f"{instance.recipe.instance_id}: the test patch does not apply: {done.stderr.strip()}"
         )
-        if done.returncode != 0:
-            shutil.rmtree(out, ignore_errors=True)
-            raise TaskError(f"{instance.recipe.instance_id}: a patch does not apply: {done.stderr.strip()}")
     return out

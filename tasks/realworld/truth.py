@@ -9,20 +9,20 @@ without it; PASS_TO_PASS = passes with both. A test failing even with the fix is
 
 from __future__ import annotations
 
-import asyncio
 import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox.base import SandboxBackend, SandboxSpec
+from sandbox.base import Sandbox, SandboxBackend, SandboxSpec
 from sandbox.settings import SandboxLimits
 from tasks.errors import TaskError
-from tasks.realworld.repos import Instance, tree_at
+from tasks.realworld.repos import Instance, graded_tree
 
 PYTEST_TIMEOUT_S = 300.0
 OUTPUT_CAP_BYTES = 16 * 1024 * 1024
 _OUTCOMES = ("PASSED", "FAILED", "ERROR", "XFAIL", "XPASS")
+_PATCH_FILE = ".rlguard-gold.patch"
 
 
 @dataclass(frozen=True)
@@ -54,9 +54,13 @@ def parse_summary(output: str) -> dict[str, str]:
 
 
 async def run_plain_pytest(
-    backend: SandboxBackend, image: str, tree: Path, tests: list[str]
-) -> dict[str, str]:
-    """Outcomes of plain pytest over ``tests`` in a fresh sandbox of ``image`` holding ``tree``."""
+    backend: SandboxBackend, image: str, tree: Path, tests: list[str], then_patch: str | None = None
+) -> list[dict[str, str]]:
+    """Outcomes of plain pytest over ``tests`` in a fresh sandbox of ``image`` holding ``tree``.
+
+    With ``then_patch``, the patch is applied in the same sandbox afterwards (``git apply``) and the
+    tests run again: one sandbox start instead of two, and both runs see the same image and limits.
+    """
     limits = SandboxLimits(
         memory="2g",
         workspace_size="512m",
@@ -66,9 +70,20 @@ async def run_plain_pytest(
     )
     sandbox = await backend.create(SandboxSpec(image=image, limits=limits, workspace=tree))
     try:
-        result = await sandbox.exec(plain_pytest_command(tests), timeout_s=PYTEST_TIMEOUT_S)
+        runs = [await _pytest_once(sandbox, image, tests)]
+        if then_patch is not None:
+            await sandbox.write_file(_PATCH_FILE, then_patch.encode())
+            applied = await sandbox.exec(f"git apply {_PATCH_FILE} && rm {_PATCH_FILE}")
+            if applied.exit_code != 0:
+                raise TaskError(f"the gold patch does not apply in the sandbox: {applied.output.strip()}")
+            runs.append(await _pytest_once(sandbox, image, tests))
     finally:
         await sandbox.destroy()
+    return runs
+
+
+async def _pytest_once(sandbox: Sandbox, image: str, tests: list[str]) -> dict[str, str]:
+    result = await sandbox.exec(plain_pytest_command(tests), timeout_s=PYTEST_TIMEOUT_S)
     if result.timed_out or result.truncated:
         raise TaskError(f"plain pytest over {tests} in {image}: timed out or output cut")
     # Exit 0: all passed; 1: some failed. Anything else (usage error, collection crash) is no ground truth.
@@ -79,15 +94,14 @@ async def run_plain_pytest(
 
 
 async def ground_truth(backend: SandboxBackend, instance: Instance, image: str) -> GroundTruth:
-    """Run the task's tests on the buggy base and on the fixed tree; derive the two lists."""
-    trees = [tree_at(instance, fixed=False), tree_at(instance, fixed=True)]
+    """Run the task's tests on the buggy base, apply the gold patch, run again; derive the two lists."""
+    tree = graded_tree(instance)
     try:
-        before, after = await asyncio.gather(
-            *(run_plain_pytest(backend, image, tree, instance.recipe.tests) for tree in trees)
+        before, after = await run_plain_pytest(
+            backend, image, tree, instance.recipe.tests, then_patch=instance.patch
         )
     finally:
-        for tree in trees:
-            shutil.rmtree(tree, ignore_errors=True)
+        shutil.rmtree(tree, ignore_errors=True)
     passing_after = [node for node, outcome in after.items() if outcome == "passed"]
     fail_to_pass = sorted(node for node in passing_after if before.get(node) != "passed")
     pass_to_pass = sorted(node for node in passing_after if before.get(node) == "passed")
