@@ -20,6 +20,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,8 @@ ROWS_FILE = "rows.jsonl"
 STAMP_FILE = "build-stamp.json"
 #: Ground-truth runs in flight at once (each is one sandbox running pytest).
 TRUTH_CONCURRENCY = 3
+#: Projects fetched (pip) and committed (git) at once.
+FETCH_CONCURRENCY = 4
 
 
 @dataclass(frozen=True)
@@ -84,21 +87,28 @@ def swebench_row(instance: Instance, truth: GroundTruth) -> dict[str, Any]:
 def build_repositories(
     recipes: list[Recipe], work_dir: Path, *, log: Callable[[str], None] = _log
 ) -> list[Instance]:
-    """Fetch every project's sdist and build its repository; instances in recipe order."""
+    """Fetch every project's sdist and build its repository; instances in recipe order.
+
+    Projects are independent, so a few run at once: most of a cold build's time is pip preparing
+    each sdist's metadata, one process per project.
+    """
     by_repo: dict[str, list[Recipe]] = {}
     for recipe in recipes:
         by_repo.setdefault(recipe.repo, []).append(recipe)
-    instances: dict[str, Instance] = {}
     for group in by_repo.values():
         versions = {(recipe.project, recipe.version) for recipe in group}
         if len(versions) != 1:
             raise TaskError(
                 f"{group[0].repo}: all tasks of one repository must use one sdist; got {versions}"
             )
-        project, version = versions.pop()
-        sdist = fetch_sdist(project, version, work_dir / "sdists", log=log)
-        for instance in build_project_repo(sdist, group, work_dir / "repos" / group[0].repo_dir_name):
-            instances[instance.recipe.instance_id] = instance
+
+    def one(group: list[Recipe]) -> list[Instance]:
+        sdist = fetch_sdist(group[0].project, group[0].version, work_dir / "sdists", log=log)
+        return build_project_repo(sdist, group, work_dir / "repos" / group[0].repo_dir_name)
+
+    with ThreadPoolExecutor(FETCH_CONCURRENCY, thread_name_prefix="rlguard-sdist") as pool:
+        built = [instance for group in pool.map(one, by_repo.values()) for instance in group]
+    instances = {instance.recipe.instance_id: instance for instance in built}
     return [instances[recipe.instance_id] for recipe in recipes]
 
 
