@@ -7,8 +7,13 @@ container without network, ``docker commit`` — without any traffic off this ma
 
 from __future__ import annotations
 
+import contextlib
 import ensurepip
+import json
+import os
 import shutil
+import subprocess
+import sys
 import uuid
 import zipfile
 from collections.abc import Iterator
@@ -235,3 +240,38 @@ def test_missing_wheel_fails_on_the_host_before_any_container(engine, wheelhouse
         build_environment(
             client, spec, base, tmp_path, index_args=("--no-index", "--find-links", str(wheelhouse))
         )
+
+
+def _cli(*args: str, state_dir: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RLGUARD_STATE_DIR": str(state_dir)}
+    return subprocess.run(
+        [sys.executable, "-m", "rlguard", *args], capture_output=True, text=True, env=env, timeout=600
+    )
+
+
+@pytest.mark.docker
+def test_cli_build_env_builds_once_then_reports_cached(engine, tmp_path: Path) -> None:
+    client, base = engine
+    marker = uuid.uuid4().hex
+    environment = {"setup": [f"echo {marker} > /etc/rlguard-cli-marker"]}
+    suite = tmp_path / "clisuite"
+    _write_task(suite / "one", environment)
+    _write_task(suite / "two", environment)  # same recipe: one image
+    _write_task(suite / "plain", None)
+    image = environment_image(EnvironmentSpec.model_validate(environment), base)
+    try:
+        first = _cli("tasks", "build-env", str(suite), "--json", state_dir=tmp_path / "state")
+        assert first.returncode == 0, first.stderr
+        assert [(r["image"], r["cached"]) for r in json.loads(first.stdout)] == [(image, False)]
+        assert _run(client, image, "cat /etc/rlguard-cli-marker").strip() == marker
+        second = _cli("tasks", "build-env", str(suite), state_dir=tmp_path / "state")
+        assert second.returncode == 0 and second.stdout.strip() == f"{image}: cached"
+    finally:
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            client.images.remove(image, force=True)
+
+
+def test_cli_refuses_unknown_suite_names(tmp_path: Path) -> None:
+    done = _cli("tasks", "build", "nosuch", state_dir=tmp_path)
+    assert done.returncode == 2
+    assert "no buildable suite 'nosuch'; known: realworld" in done.stderr
