@@ -320,6 +320,10 @@ def _build(
         network_mode="none",
         network_disabled=True,
         security_opt=["no-new-privileges"],
+        # Root for installing into /usr/local, but only the file capabilities installs and set-up
+        # commands use (no raw sockets, device nodes, chroot, kill of other users' processes).
+        cap_drop=["ALL"],
+        cap_add=["CHOWN", "DAC_OVERRIDE", "FOWNER"],
         mem_limit="2g",
         pids_limit=512,
         labels={"org.rlguard.role": "env-build"},
