@@ -326,7 +326,7 @@ def _build(
         cap_add=["CHOWN", "DAC_OVERRIDE", "FOWNER"],
         mem_limit="2g",
         pids_limit=512,
-        labels={"org.rlguard.role": "env-build"},
+        labels={"org.rlguard.role": "env-build", RECIPE_LABEL: tag.rpartition(":")[2]},
     )
     try:
         container.start()

@@ -31,6 +31,7 @@ from sandbox.settings import SandboxSettings
 from tasks.environments import (
     BASE_ID_LABEL,
     ENV_REPOSITORY,
+    RECIPE_LABEL,
     EnvironmentSpec,
     build_environment,
     build_environments,
@@ -227,9 +228,11 @@ def test_failing_setup_command_is_one_clear_error_and_leaves_no_image(engine, tm
     spec = EnvironmentSpec(setup=[f"echo {uuid.uuid4().hex}; echo broken >&2; exit 3"])
     with pytest.raises(TaskError, match=r"setup command .* failed \(exit 3\):\n(.*\n)?broken"):
         build_environment(client, spec, base, tmp_path)
+    image = environment_image(spec, base)
     with pytest.raises(docker.errors.ImageNotFound):
-        client.images.get(environment_image(spec, base))
-    assert not client.containers.list(all=True, filters={"label": "org.rlguard.role=env-build"})
+        client.images.get(image)
+    recipe = image.rpartition(":")[2]
+    assert not client.containers.list(all=True, filters={"label": f"{RECIPE_LABEL}={recipe}"})
 
 
 @pytest.mark.docker
