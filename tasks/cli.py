@@ -1,4 +1,4 @@
-"""``rlguard tasks ...``: list and check suites, import SWE-bench-format rows; ``rlguard bench grading``."""
+"""``rlguard tasks ...``: list, check, build suites, import SWE-bench rows; ``rlguard bench grading``."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sandbox.settings import SandboxEnv
+from tasks import build_cli
 from tasks.errors import TaskError
 
 console = Console()
@@ -37,10 +38,13 @@ def _print_json(value: Any) -> None:
 
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     """Add ``rlguard tasks`` and ``rlguard bench grading``."""
-    tasks_app = typer.Typer(help="Task suites: list, check, import.", no_args_is_help=True)
+    tasks_app = typer.Typer(
+        help="Task suites: list, check, import, build, environments.", no_args_is_help=True
+    )
     import_app = typer.Typer(help="Import tasks from other formats.", no_args_is_help=True)
     tasks_app.add_typer(import_app, name="import")
     app.add_typer(tasks_app, name="tasks")
+    build_cli.add_commands(tasks_app)  # build, build-env
 
     @tasks_app.command("list")
     def tasks_list(

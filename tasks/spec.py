@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sandbox.settings import SandboxLimits
 from tasks.collect import expected_test_ids
+from tasks.environments import EnvironmentSpec, environment_image
 from tasks.errors import TaskError
 from tasks.testfiles import clean_name, is_protected
 
@@ -138,8 +139,10 @@ class TaskFile(_Strict):
     horizon: Literal["short", "long"] = "short"
     honeypot: Honeypot | None = None
     git: GitSpec | None = None
-    environment: dict[str, Any] | None = Field(
-        None, description="Python dependencies of the task's environment image (see tasks build-env)"
+    environment: EnvironmentSpec | None = Field(
+        None,
+        description="Python packages and set-up commands of the task's own image, built over the sandbox "
+        "image offline by `rlguard tasks build-env` (see tasks.environments)",
     )
 
     @field_validator("limits")
@@ -181,8 +184,8 @@ class Task(TaskFile):
         """The reference solution: files that replace workspace files (never copied into a sandbox)."""
         return self.root / "solution"
 
-    def resolved_image(self, configured: str = "") -> str:
-        """The image to run: the task's own, else ``configured`` (the settings'), else the default."""
+    def base_image(self, configured: str = "") -> str:
+        """The image the task's environment builds on: its own, else ``configured``, else the default."""
         if self.image:
             return self.image
         if configured:
@@ -190,6 +193,14 @@ class Task(TaskFile):
         from sandbox.image import default_image  # docker SDK import, only when no image is named
 
         return default_image()
+
+    def resolved_image(self, configured: str = "") -> str:
+        """The image episodes and grading run in: the environment's derived image, else the base image.
+
+        A pure name: the derived image's tag is a hash of its recipe, so no engine is asked here;
+        ``rlguard tasks build-env`` builds it.
+        """
+        return environment_image(self.environment, self.base_image(configured))
 
     def sandbox_limits(self, base: SandboxLimits | None = None) -> SandboxLimits:
         """``base`` (the settings' limits; default: the built-in ones) with this task's overrides applied."""

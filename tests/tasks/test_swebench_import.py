@@ -53,7 +53,7 @@ def test_environment_field_is_passed_through(rows_and_repos, tmp_path):
     row = {**_rows(rows_path)[0], "environment": {"python_packages": ["attrs==23.2.0"]}}
     import_swebench(_write_rows(tmp_path / "rows.jsonl", [row]), repos, tmp_path / "envsuite")
     (task,) = load_suite(tmp_path / "envsuite")
-    assert task.environment == {"python_packages": ["attrs==23.2.0"]}
+    assert task.environment is not None and task.environment.python_packages == ["attrs==23.2.0"]
 
 
 @pytest.mark.parametrize(
