@@ -114,7 +114,10 @@ class FinishRequest(_Strict):
 
 
 class FinishResponse(BaseModel):
-    reward: float
+    """The stored outcome: ``reward`` is null only when the grader itself failed (status failed);
+    an ungradable workspace is 0.0 with ``details["ungradable"]`` saying why."""
+
+    reward: float | None
     details: dict[str, Any]
 
 

@@ -369,17 +369,26 @@ class EpisodeService:
 
         ``end_reason`` (from the runner) is kept in the details: the trainer reads it to tell an
         episode cut off by a limit (bootstrapped from the critic) from one the agent ended.
+
+        Nothing the agent controls keeps its episode out of training: a workspace that cannot be
+        exported (unreadable files, over the transfer cap, a runner killed by a memory flood) is
+        graded 0.0 with the reason in ``details["ungradable"]``, status ``finished``. Only a grader
+        that fails on its own (engine or image gone) leaves ``failed`` with no reward. The answer
+        returned is exactly what is stored.
         """
         live = await self._live_or_raise(episode_id)
         async with live.lock:
             if live.closed:
                 raise EpisodeNotRunning(episode_id, "ending")
             live.closed = True
-            status, details = EpisodeStatus.FINISHED, {}
+            status, reward, details = EpisodeStatus.FINISHED, None, {}
             try:
-                workspace = await live.sandbox.export_workspace()
-                outcome = await self.grade(self.backend, live.task, workspace)
-                reward, details = await self._review_patch(live, outcome.reward, dict(outcome.details))
+                workspace, problem = await self._export(live)
+                if workspace is None:
+                    reward, details = 0.0, {"ungradable": problem}
+                else:
+                    outcome = await self.grade(self.backend, live.task, workspace)
+                    reward, details = await self._review_patch(live, outcome.reward, dict(outcome.details))
             except Exception as exc:  # a broken grader must not lose the episode: record why
                 log.exception("grading failed", extra={"episode_id": episode_id})
                 status, reward, details = EpisodeStatus.FAILED, None, {"error": f"grading failed: {exc}"}
@@ -391,15 +400,27 @@ class EpisodeService:
             await self.db.run(self.db.store.end_episode, episode_id, status, reward=reward, details=details)
         self.metrics.episodes.labels(status.value).inc()
         log.info("episode ended", extra={"episode_id": episode_id, "status": status.value, "reward": reward})
-        return GradeOutcome(reward=reward if reward is not None else 0.0, details=details)
+        return GradeOutcome(reward=reward, details=details)
+
+    async def _export(self, live: LiveEpisode) -> tuple[bytes | None, str]:
+        """The final workspace, or None and why it could not be exported (tried twice: a runner the
+        agent's last command left dead is restarted by the second try)."""
+        problem = ""
+        for _ in range(2):
+            try:
+                return await live.sandbox.export_workspace(), ""
+            except Exception as exc:  # SandboxError, a closed channel, a timeout: all the agent's doing
+                problem = f"workspace export failed: {type(exc).__name__}: {exc}"[:1000]
+                log.warning("workspace export failed", extra={"episode_id": live.id, "error": problem})
+        return None, problem
 
     async def _review_patch(
-        self, live: LiveEpisode, reward: float, details: dict[str, Any]
-    ) -> tuple[float, dict[str, Any]]:
+        self, live: LiveEpisode, reward: float | None, details: dict[str, Any]
+    ) -> tuple[float | None, dict[str, Any]]:
         """The guard's review of the final patch, when the grading mode produced one."""
         reviewer = getattr(self.guard, "review_patch", None)
         patch = details.get("patch")
-        if reviewer is None or not isinstance(patch, str):
+        if reviewer is None or not isinstance(patch, str) or reward is None:
             return reward, details
         review = await asyncio.to_thread(reviewer, patch, live.task.protected_paths)
         return apply_patch_review(reward, details, review, self.settings.patch_review)
