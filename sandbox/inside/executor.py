@@ -252,17 +252,20 @@ def run_command(request):
     capture = Capture(cap)
     status = exited_at = None
     timed_out = eof = False
-    while not eof:
+    # Until the shell has exited and its output is read (or a background child still holding the
+    # pipe has had DRAIN_AFTER_EXIT_S), or the deadline: a shell that closes its output and keeps
+    # running is still waited for, never cut short by its end of file.
+    while True:
         now = time.monotonic()
         if exited_at is None:
             done, raw = os.waitpid(pid, os.WNOHANG)
             if done:
                 status, exited_at = os.waitstatus_to_exitcode(raw), now
+        if exited_at is not None and (eof or now - exited_at >= DRAIN_AFTER_EXIT_S):
+            break
         if now >= deadline:
             timed_out = True
             break
-        if exited_at is not None and now - exited_at >= DRAIN_AFTER_EXIT_S:
-            break  # the shell is gone but a background child still holds the pipe
         wait = deadline - now
         if exited_at is not None:
             wait = min(wait, exited_at + DRAIN_AFTER_EXIT_S - now)
@@ -275,6 +278,7 @@ def run_command(request):
                     capture.add(data)
                 else:
                     eof = True
+                    poller.unregister(read_fd)
             elif fd == pidfd:
                 poller.unregister(pidfd)
     kill_strays()

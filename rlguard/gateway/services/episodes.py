@@ -381,25 +381,31 @@ class EpisodeService:
             if live.closed:
                 raise EpisodeNotRunning(episode_id, "ending")
             live.closed = True
-            status, reward, details = EpisodeStatus.FINISHED, None, {}
-            try:
-                workspace, problem = await self._export(live)
-                if workspace is None:
-                    reward, details = 0.0, {"ungradable": problem}
-                else:
-                    outcome = await self.grade(self.backend, live.task, workspace)
-                    reward, details = await self._review_patch(live, outcome.reward, dict(outcome.details))
-            except Exception as exc:  # a broken grader must not lose the episode: record why
-                log.exception("grading failed", extra={"episode_id": episode_id})
-                status, reward, details = EpisodeStatus.FAILED, None, {"error": f"grading failed: {exc}"}
-            finally:
-                await self._release(live)
-            details["status"] = status.value
-            if end_reason is not None:
-                details["end_reason"] = end_reason
-            await self.db.run(self.db.store.end_episode, episode_id, status, reward=reward, details=details)
+            extra = {} if end_reason is None else {"end_reason": end_reason}
+            return await self._grade_and_end(live, EpisodeStatus.FINISHED, extra)
+
+    async def _grade_and_end(
+        self, live: LiveEpisode, status: EpisodeStatus, extra: dict[str, str]
+    ) -> GradeOutcome:
+        """Grade the final workspace, destroy the sandbox, store status, reward and details."""
+        reward: float | None
+        try:
+            workspace, problem = await self._export(live)
+            if workspace is None:
+                reward, details = 0.0, {"ungradable": problem}
+            else:
+                outcome = await self.grade(self.backend, live.task, workspace)
+                reward, details = await self._review_patch(live, outcome.reward, dict(outcome.details))
+        except Exception as exc:  # a broken grader must not lose the episode: record why
+            log.exception("grading failed", extra={"episode_id": live.id})
+            status, reward, details = EpisodeStatus.FAILED, None, {"error": f"grading failed: {exc}"}
+        finally:
+            await self._release(live)
+        details["status"] = status.value
+        details.update(extra)
+        await self.db.run(self.db.store.end_episode, live.id, status, reward=reward, details=details)
         self.metrics.episodes.labels(status.value).inc()
-        log.info("episode ended", extra={"episode_id": episode_id, "status": status.value, "reward": reward})
+        log.info("episode ended", extra={"episode_id": live.id, "status": status.value, "reward": reward})
         return GradeOutcome(reward=reward, details=details)
 
     async def _export(self, live: LiveEpisode) -> tuple[bytes | None, str]:
@@ -435,27 +441,28 @@ class EpisodeService:
             log.exception("sandbox destroy failed; gc will reap it", extra={"episode_id": live.id})
 
     async def expire(self) -> list[str]:
-        """Time out episodes idle or alive too long (skipping any with a call in flight)."""
+        """Time out episodes idle or alive too long (skipping any with a call in flight).
+
+        A timed-out episode is graded like a finished one (its workspace as it stands), so running
+        out the clock does not keep an episode out of training either.
+        """
         now = time.monotonic()
-        expired = []
+        ending: list[tuple[LiveEpisode, str]] = []
         for live in list(self.live.values()):
             idle = now - live.last_activity > self.settings.episode_idle_timeout_s
             overlong = now - live.started > self.settings.episode_max_duration_s
             if not (idle or overlong) or live.lock.locked() or live.closed:
                 continue
+            live.closed = True
+            ending.append((live, "idle" if idle else "max_duration"))
+
+        async def end(live: LiveEpisode, reason: str) -> None:
             async with live.lock:
-                if live.closed:
-                    continue
-                live.closed = True
-                await self._release(live)
-                reason = "idle" if idle else "max_duration"
-                await self.db.run(
-                    self.db.store.end_episode, live.id, EpisodeStatus.TIMED_OUT, details={"timeout": reason}
-                )
-            self.metrics.episodes.labels(EpisodeStatus.TIMED_OUT.value).inc()
+                await self._grade_and_end(live, EpisodeStatus.TIMED_OUT, {"timeout": reason})
             log.info("episode timed out", extra={"episode_id": live.id, "reason": reason})
-            expired.append(live.id)
-        return expired
+
+        await asyncio.gather(*(end(live, reason) for live, reason in ending))
+        return [live.id for live, _ in ending]
 
     async def run_expiry_loop(self) -> None:
         interval = max(
