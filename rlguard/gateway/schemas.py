@@ -40,6 +40,8 @@ class _Call(_Strict):
                 return json.loads(value) if value.strip() else {}
             except ValueError as exc:
                 raise ValueError(f"arguments is a string but not JSON: {exc}") from None
+            except RecursionError:
+                raise ValueError("arguments is a string nested too deeply to be tool arguments") from None
         return value
 
 

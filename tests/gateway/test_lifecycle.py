@@ -57,7 +57,9 @@ def test_idle_and_overlong_episodes_time_out_and_lose_their_sandbox(tmp_path, do
             busy_view = _wait_for_status(admin, busy.id, "timed_out", 180)
         assert (idle_view["status"], idle_view["details"]["timeout"]) == ("timed_out", "idle")
         assert (busy_view["status"], busy_view["details"]["timeout"]) == ("timed_out", "max_duration")
-        assert idle_view["reward"] == busy_view["reward"] == 0.0  # untouched workspaces: graded, failing
+        # Graded like finished episodes (so the trainer takes them), not left without a reward.
+        assert idle_view["reward"] is not None and busy_view["reward"] is not None
+        assert "ungradable" not in idle_view["details"] and "timings" in idle_view["details"]
         assert busy_view["num_calls"] >= 3  # it was active, yet ran past its maximum duration
         assert not _exists(docker_client, idle_box)
         assert idle.call("bash", command="true").status_code == 409
