@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from rlguard.gateway.app import create_app
-from rlguard.store.repository import Store
+from store.repository import Store
 from tests.gateway.conftest import Episode, Gateway, gateway_settings, served
 from trainer.data import load_step_data
 
