@@ -345,15 +345,24 @@ def inside(fd, shown):
 
 
 def open_inside(full, shown, directory=False):
-    """An ``O_PATH`` descriptor of what ``full`` leads to (symlinks followed), refused outside."""
-    flags = os.O_PATH | os.O_CLOEXEC | (os.O_DIRECTORY if directory else 0)
+    """An ``O_PATH`` descriptor of what ``full`` leads to (symlinks followed), refused outside, and
+    refused unless it is a directory (``directory``) or a regular file."""
     try:
-        fd = os.open(full, flags)
+        fd = os.open(full, os.O_PATH | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
         raise Refused("not_found", f"no such {'directory' if directory else 'file'}: {shown}") from None
     except OSError as exc:
         raise Refused("invalid", f"cannot open {shown}: {exc.strerror}") from None
-    return fd, inside(fd, shown)
+    info = inside(fd, shown)
+    if directory and not stat.S_ISDIR(info.st_mode):
+        os.close(fd)
+        raise Refused("invalid", f"not a directory: {shown}")
+    if not directory and not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise Refused(
+            "invalid", f"{'is a directory' if stat.S_ISDIR(info.st_mode) else 'not a regular file'}: {shown}"
+        )
+    return fd
 
 
 def reopen(fd, flags):
@@ -395,10 +404,7 @@ def ensure_directory(full, shown):
 def read_file(request):
     limit = int(request["max"])
     shown = str(request["path"])
-    fd, info = open_inside(lexical(shown), shown)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise Refused("invalid", f"not a regular file: {shown}")
+    fd = open_inside(lexical(shown), shown)
     try:
         fd = reopen(fd, os.O_RDONLY)
     except OSError as exc:
@@ -465,7 +471,7 @@ def write_file(request):
 
 def list_dir(request):
     shown = str(request["path"])
-    fd, _ = open_inside(lexical(shown), shown, directory=True)
+    fd = open_inside(lexical(shown), shown, directory=True)
     try:
         fd = reopen(fd, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as exc:
