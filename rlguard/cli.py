@@ -16,9 +16,11 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from rlguard import __version__
 from rlguard.errors import USER_ERRORS
+from sandbox.textsafe import terminal_safe
 
 app = typer.Typer(
     name="rlguard",
@@ -112,5 +114,6 @@ def main() -> None:
     try:
         app()
     except USER_ERRORS as exc:
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {exc}", highlight=False)
+        line = Text.assemble(("error:", "bold red"), " ", terminal_safe(str(exc)))
+        Console(stderr=True, soft_wrap=True).print(line, highlight=False)
         sys.exit(2)

@@ -19,10 +19,12 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from rlguard.settings import get_settings
 from rlguard.tinymodel import resolve_model_name
 from rollout.errors import RolloutError
+from sandbox.textsafe import terminal_safe
 from trainer.errors import TrainerError
 
 console = Console()
@@ -152,8 +154,9 @@ def _print_results(results) -> None:
         row = _result_row(r)
         reward = "-" if row["reward"] is None else f"{row['reward']:.2f}"
         table.add_row(
-            row["task"], row["status"], reward, str(row["turns"]), str(row["tool_calls"]),
-            str(row["sub_trajectories"]), str(row["intercepts"]), (row["error"] or "")[:60],
+            Text(terminal_safe(row["task"])), Text(terminal_safe(row["status"])), reward, str(row["turns"]),
+            str(row["tool_calls"]), str(row["sub_trajectories"]), str(row["intercepts"]),
+            Text(terminal_safe((row["error"] or "")[:60])),
         )  # fmt: skip
     console.print(table)
 

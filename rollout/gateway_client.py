@@ -159,16 +159,18 @@ class GatewayClient:
 
     async def finish(
         self, episode: EpisodeHandle, end_reason: str | None = None
-    ) -> tuple[float, dict[str, Any]]:
+    ) -> tuple[float | None, dict[str, Any]]:
         """Grade the episode. ``end_reason`` (submitted, max_turns, ...) tells the trainer whether the
-        episode was truncated (bootstrap the value) or ended (reward is final)."""
+        episode was truncated (bootstrap the value) or ended (reward is final). The reward is None
+        only when the gateway's grader failed (the episode is then ``failed``)."""
         headers = {"Authorization": f"Bearer {episode.agent_token}"}
         payload = {"end_reason": end_reason} if end_reason else None
         path = f"/v1/episodes/{episode.episode_id}/finish"
         body = self._ok(
             await self._request("POST", path, headers=headers, json=payload), "finish the episode"
         )
-        return float(body["reward"]), dict(body.get("details") or {})
+        reward = body.get("reward")
+        return (None if reward is None else float(reward)), dict(body.get("details") or {})
 
     async def upload_subtrajectory(self, episode_id: str, record: dict[str, Any]) -> None:
         self._ok(

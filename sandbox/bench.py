@@ -18,7 +18,7 @@ import tarfile
 import time
 
 from sandbox.base import SandboxSpec
-from sandbox.docker_backend import AGENT_UID, DockerBackend
+from sandbox.docker_backend import DockerBackend
 from sandbox.pool import WarmPool
 from sandbox.settings import SandboxEnv, SandboxLimits, SandboxSettings
 
@@ -100,7 +100,7 @@ async def run_bench(
             times = []
             for _ in range(max(20, samples // 5)):
                 started = time.perf_counter()
-                container.exec_run(["echo", "hi"], user=AGENT_UID)
+                container.exec_run(["echo", "hi"], user=sandbox.user)
                 times.append((time.perf_counter() - started) * 1000)
             return times
 

@@ -1,9 +1,10 @@
 """The Docker backend: hardened containers, a fast in-container runner, leak-free cleanup.
 
 Every container gets: no network, a read-only root, size-capped tmpfs ``/workspace`` and ``/tmp``
-(charged to the memory limit), agent commands as uid 1000 (the container's own init and keep-alive
-as ``nobody``), every capability dropped, no-new-privileges, seccomp, a pids limit, memory with swap
-equal to it, a CPU quota, an init that reaps zombies, nofile/fsize ulimits, and labels naming the
+(charged to the memory limit), agent commands as a uid of its own drawn from a range no host account
+uses (the container's own init and keep-alive as ``nobody``), every capability dropped,
+no-new-privileges, rlguard's seccomp profile, a pids limit, memory with swap equal to it, a CPU
+quota, an init that reaps zombies, nofile/fsize ulimits, and labels naming the
 rlguard instance, the episode and the owning process.
 
 Commands and file operations go through ``sandbox.inside.executor`` started once per container over the
@@ -50,9 +51,8 @@ if TYPE_CHECKING:
 
     from sandbox.settings import SandboxEnv
 
-AGENT_UID = "1000:1000"
-# The container's own processes (init and its ``sleep``) run as ``nobody``: the agent (uid 1000) can
-# ``kill -9 -1`` all it likes without stopping its container; every exec names the agent's uid.
+# The container's own processes (init and its ``sleep``) run as ``nobody``: the agent can ``kill -9
+# -1`` all it likes without stopping its container; every exec names the sandbox's agent uid.
 KEEPER_UID = "65534:65534"
 RUNNER_SOURCE = Path(executor.__file__).read_text()
 RUNNER_BOOT = "import os;exec(compile(os.environ.pop('RLGUARD_RUNNER'),'rlguard-exec','exec'))"
@@ -114,8 +114,13 @@ MASKED_PATHS = [
 ]
 
 
-def host_config_kwargs(limits: SandboxLimits, seccomp_profile: str | None) -> dict[str, Any]:
-    """The hardening every sandbox container gets (arguments of ``create_host_config``)."""
+def host_config_kwargs(limits: SandboxLimits, seccomp_profile: str | None, uid: int) -> dict[str, Any]:
+    """The hardening every sandbox container gets (arguments of ``create_host_config``).
+
+    ``uid`` is the sandbox's own agent uid (owner of /workspace): per-uid kernel limits (inotify
+    instances and watches, ``RLIMIT_NPROC``, keyring quotas, ...) are then never shared between
+    sandboxes or with a host account, which sharing one uid such as 1000 would do.
+    """
     memory = limits.memory_bytes
     security = ["no-new-privileges:true"]
     if seccomp_profile is not None:
@@ -125,7 +130,7 @@ def host_config_kwargs(limits: SandboxLimits, seccomp_profile: str | None) -> di
         "network_mode": "none",
         "read_only": True,
         "tmpfs": {
-            WORKSPACE: f"{tmpfs_opts},size={parse_size(limits.workspace_size)},uid=1000,gid=1000,mode=0755",
+            WORKSPACE: f"{tmpfs_opts},size={parse_size(limits.workspace_size)},uid={uid},gid={uid},mode=0755",
             "/tmp": f"{tmpfs_opts},size={parse_size(limits.tmp_size)},mode=1777",
         },
         "shm_size": 16 << 20,
@@ -148,9 +153,12 @@ def host_config_kwargs(limits: SandboxLimits, seccomp_profile: str | None) -> di
 class DockerSandbox(Sandbox):
     """One hardened container; requests go one at a time through its runner."""
 
-    def __init__(self, backend: DockerBackend, container_id: str, spec: SandboxSpec) -> None:
+    def __init__(self, backend: DockerBackend, container_id: str, spec: SandboxSpec, uid: int) -> None:
         self.id = container_id
         self.spec = spec
+        #: The agent's uid in this sandbox (its own; see ``host_config_kwargs``).
+        self.uid = uid
+        self.user = f"{uid}:{uid}"
         self._backend = backend
         self._lock = asyncio.Lock()
         self._runner: AttachedExec | None = None
@@ -193,7 +201,7 @@ class DockerSandbox(Sandbox):
                 stdin=True,
                 stdout=True,
                 stderr=True,
-                user=AGENT_UID,
+                user=self.user,
                 workdir=WORKSPACE,
                 environment={"RLGUARD_RUNNER": RUNNER_SOURCE},
             )
@@ -282,7 +290,7 @@ class DockerSandbox(Sandbox):
                 self._backend.client.api.exec_start,
                 (
                     await self._backend.call(
-                        self._backend.client.api.exec_create, self.id, ["kill", "-9", "-1"], user=AGENT_UID
+                        self._backend.client.api.exec_create, self.id, ["kill", "-9", "-1"], user=self.user
                     )
                 )["Id"],
             )
@@ -515,12 +523,12 @@ class DockerBackend(SandboxBackend):
         if sandbox.uses_runner:
             await sandbox.load_workspace(archive)
         else:
-            await self.call(self._put_tar_via_exec, sandbox.id, archive)
+            await self.call(self._put_tar_via_exec, sandbox.id, archive, sandbox.user)
 
-    def _put_tar_via_exec(self, container_id: str, archive: bytes) -> None:
+    def _put_tar_via_exec(self, container_id: str, archive: bytes, user: str) -> None:
         api = self.client.api
         exec_id = api.exec_create(
-            container_id, ["tar", "-x", "-C", WORKSPACE, "-f", "-"], stdin=True, user=AGENT_UID
+            container_id, ["tar", "-x", "--no-same-owner", "-C", WORKSPACE, "-f", "-"], stdin=True, user=user
         )
         sock = api.exec_start(exec_id["Id"], socket=True)
         raw = getattr(sock, "_sock", sock)
@@ -546,7 +554,8 @@ class DockerBackend(SandboxBackend):
                 f"memory limit {spec.limits.memory} exceeds the engine's {self._engine_memory >> 20} MiB"
             )
         api = self.client.api
-        host_config = api.create_host_config(**host_config_kwargs(spec.limits, self._seccomp))
+        uid = self._new_uid()
+        host_config = api.create_host_config(**host_config_kwargs(spec.limits, self._seccomp, uid))
         host_config["MaskedPaths"] = MASKED_PATHS
         try:
             created = await self.call(
@@ -574,7 +583,7 @@ class DockerBackend(SandboxBackend):
         except docker.errors.DockerException as exc:
             raise SandboxError(f"no Docker engine answers at {self.docker_host}: {exc}") from exc
         container_id = created["Id"]
-        sandbox = DockerSandbox(self, container_id, spec)
+        sandbox = DockerSandbox(self, container_id, spec, uid)
         self._sandboxes[container_id] = sandbox
         try:
             await self.call(api.start, container_id)
@@ -591,11 +600,12 @@ class DockerBackend(SandboxBackend):
 
         started = time.monotonic()
         # Docker keeps stdout and stderr apart; one pipe for both (``2>&1`` before anything runs)
-        # keeps their order, as on the fast path.
+        # keeps their order, as on the fast path. Afterwards every other process of the agent's uid
+        # is killed (``kill -1`` spares its caller), so nothing outlives its call, as on the fast path.
         argv = [
             "/bin/sh",
             "-c",
-            'exec "$@" 2>&1',
+            '"$@" 2>&1; rc=$?; kill -9 -1 2>/dev/null; exit $rc',
             "sh",
             "timeout",
             "-k",
@@ -607,7 +617,8 @@ class DockerBackend(SandboxBackend):
         ]
         try:
             output, truncated, exit_code = await asyncio.wait_for(
-                self.call(self._docker_exec_blocking, sandbox.id, argv, cap), timeout + RUNNER_GRACE_S
+                self.call(self._docker_exec_blocking, sandbox.id, argv, cap, sandbox.user),
+                timeout + RUNNER_GRACE_S,
             )
         except TimeoutError:
             # A background child kept the output stream open past the deadline: kill everything.
@@ -622,17 +633,31 @@ class DockerBackend(SandboxBackend):
             )
         return ExecResult(output, exit_code, truncated, timed_out, (time.monotonic() - started) * 1000)
 
-    def _docker_exec_blocking(self, container_id: str, argv: list[str], cap: int) -> tuple[str, bool, int]:
+    def _docker_exec_blocking(
+        self, container_id: str, argv: list[str], cap: int, user: str
+    ) -> tuple[str, bool, int]:
         api = self.client.api
-        exec_id = api.exec_create(
-            container_id, argv, stdout=True, stderr=True, user=AGENT_UID, workdir=WORKSPACE
-        )
+        exec_id = api.exec_create(container_id, argv, stdout=True, stderr=True, user=user, workdir=WORKSPACE)
         capture = executor.Capture(cap)
         for chunk in api.exec_start(exec_id["Id"], stream=True, demux=False):
             capture.add(chunk)
         text, truncated = capture.text()
         code = api.exec_inspect(exec_id["Id"]).get("ExitCode")
         return text, truncated, code if isinstance(code, int) else -1
+
+    def _new_uid(self) -> int:
+        """A uid from the configured range that none of this backend's sandboxes has.
+
+        Drawn at random, so gateways sharing an engine rarely meet (a clash costs only shared
+        per-uid limits between those two sandboxes, never access: each has its own namespaces).
+        """
+        taken = {sb.uid for sb in self._sandboxes.values()}
+        low, high = self.settings.agent_uid_min, self.settings.agent_uid_max
+        for _ in range(64):
+            uid = low + secrets.randbelow(high - low + 1)
+            if uid not in taken:
+                return uid
+        raise SandboxError("no free agent uid left in the configured range")
 
     async def remove(self, container_id: str) -> None:
         """Force-remove a container; a container that is already gone is fine."""

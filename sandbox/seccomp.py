@@ -1,12 +1,13 @@
-"""rlguard's own seccomp profile, for engines whose default profile is not in force.
+"""rlguard's own seccomp profile, the one every sandbox gets by default.
 
-Docker's default profile (an allow-list) is the stronger choice and is used whenever the engine
-reports it active. When it is not (seccomp disabled, or an unknown daemon-wide profile), sandboxes get
-this deny-list instead: everything a container escape or a kernel attack typically starts from is
-refused with EPERM — new namespaces (``unshare``, ``setns``, namespace flags on ``clone``), mounts,
-``ptrace`` and cross-process memory access, keyrings, BPF, perf, userfaultfd, io_uring, module and
-kexec loading, and clock or swap changes. ``clone3`` answers ENOSYS so libc falls back to ``clone``,
-whose flags can be checked.
+Everything a container escape or a kernel attack typically starts from is refused with EPERM: new
+namespaces (``unshare``, ``setns``, namespace flags on ``clone``), mounts, ``ptrace`` and
+cross-process memory or fd access, keyrings, BPF, perf, userfaultfd, io_uring (a large kernel attack
+surface that engines' default profiles allow), module and kexec loading, clock or swap changes, and
+``socket(AF_VSOCK)``: vsock talks to the hypervisor and other VMs and is not covered by the network
+namespace. ``clone3`` answers ENOSYS so libc falls back to ``clone``, whose flags can be checked.
+The engine's own default profile is used only when asked for (``seccomp: engine``, or ``auto`` with
+the engine's default in force).
 """
 
 from __future__ import annotations
@@ -67,7 +68,13 @@ DENIED = (
     "vhangup",
     "syslog",
     "personality",
+    "pidfd_getfd",
+    "process_madvise",
+    "move_pages",
+    "migrate_pages",
 )
+
+AF_VSOCK = 40
 
 # clone(2) flags that create namespaces (CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET).
 NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
@@ -78,6 +85,14 @@ def profile_json() -> str:
     """The profile as the JSON text Docker's ``security_opt seccomp=<json>`` expects."""
     rules: list[dict] = [{"names": list(DENIED), "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM}]
     rules.append({"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": ENOSYS})
+    rules.append(
+        {
+            "names": ["socket", "socketpair"],
+            "action": "SCMP_ACT_ERRNO",
+            "errnoRet": EPERM,
+            "args": [{"index": 0, "value": AF_VSOCK, "op": "SCMP_CMP_EQ"}],
+        }
+    )
     for flag in NAMESPACE_FLAGS:
         rules.append(
             {

@@ -74,14 +74,30 @@ class SandboxSettings(BaseModel):
     warm_pool_size: int = Field(4, ge=0, le=256, description="Pre-started sandboxes kept per (image, limits)")
     gc_interval_s: float = Field(60.0, gt=0, description="How often orphaned containers are removed")
     seccomp: Literal["auto", "engine", "rlguard"] = Field(
-        "auto",
-        description="auto: the engine's default profile when it is in force, else rlguard's own profile",
+        "rlguard",
+        description=(
+            "rlguard: rlguard's own profile (denies io_uring, AF_VSOCK, namespaces, ...); engine: the "
+            "engine's default; auto: the engine's default when it is in force, else rlguard's"
+        ),
     )
+    agent_uid_min: int = Field(
+        2_000_000_000,
+        ge=1000,
+        le=2_147_483_646,
+        description="Lowest agent uid; each sandbox draws its own (no host account may be in the range)",
+    )
+    agent_uid_max: int = Field(2_099_999_999, ge=1000, le=2_147_483_646, description="Highest agent uid")
     engine_concurrency: int = Field(16, ge=1, le=256, description="Docker API calls in flight at once")
     image_build: Literal["auto", "dockerfile", "offline"] = Field(
         "auto", description="How a missing rlguard image is built"
     )
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
+
+    @model_validator(mode="after")
+    def _uid_range(self) -> "SandboxSettings":
+        if self.agent_uid_max < self.agent_uid_min:
+            raise ValueError("agent_uid_max must not be below agent_uid_min")
+        return self
 
 
 class SandboxEnv(BaseSettings):

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from sandbox.base import ExecResult, SandboxSpec
 from sandbox.docker_backend import DockerBackend
+from sandbox.textsafe import terminal_safe
 
 #: A small multi-file Python project with its visible tests.
 PROJECT: dict[str, str] = {
@@ -164,7 +165,7 @@ def print_report(report: ShowcaseReport) -> None:
         "[green]passed[/]" if report.tests.exit_code == 0 else f"[red]failed ({report.tests.exit_code})[/]"
     )
     console.print(f"[bold]Project tests in a hardened sandbox[/] ({TEST_COMMAND}): {status}")
-    console.print(report.tests.output.rstrip(), highlight=False, markup=False)
+    console.print(terminal_safe(report.tests.output.rstrip()), highlight=False, markup=False)
     table = Table(title="What the sandbox refuses")
     table.add_column("attempt")
     table.add_column("sandbox said")

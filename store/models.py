@@ -12,7 +12,6 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from sqlalchemy import (
-    JSON,
     Boolean,
     Float,
     ForeignKey,
@@ -20,12 +19,11 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     String,
-    Text,
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from store.types import UTCDateTime
+from store.types import NulSafeJSON, NulSafeText, UTCDateTime
 
 
 def utcnow() -> datetime:
@@ -43,7 +41,7 @@ class EpisodeStatus(StrEnum):
 class Base(DeclarativeBase):
     type_annotation_map: ClassVar[dict[Any, Any]] = {
         datetime: UTCDateTime(),
-        dict[str, Any]: JSON,
+        dict[str, Any]: NulSafeJSON,
         bytes: LargeBinary,
     }
 
@@ -55,7 +53,7 @@ class TaskRow(Base):
 
     id: Mapped[str] = mapped_column(String(200), primary_key=True)
     suite: Mapped[str] = mapped_column(String(100))
-    instructions: Mapped[str] = mapped_column(Text, default="")
+    instructions: Mapped[str] = mapped_column(NulSafeText, default="")
     image: Mapped[str] = mapped_column(String(300), default="")
     details: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -131,14 +129,14 @@ class ToolCallRow(Base):
     seq: Mapped[int] = mapped_column(Integer)
     tool: Mapped[str] = mapped_column(String(32))
     arguments: Mapped[dict[str, Any]] = mapped_column()
-    normalized: Mapped[str] = mapped_column(Text, default="")
+    normalized: Mapped[str] = mapped_column(NulSafeText, default="")
     action: Mapped[str] = mapped_column(String(16))
     stage: Mapped[str | None] = mapped_column(String(16))
     rule_id: Mapped[str | None] = mapped_column(String(200))
     category: Mapped[str | None] = mapped_column(String(64), index=True)
     confidence: Mapped[float | None] = mapped_column(Float)
-    reason: Mapped[str] = mapped_column(Text, default="")
-    answer_output: Mapped[str] = mapped_column(Text)
+    reason: Mapped[str] = mapped_column(NulSafeText, default="")
+    answer_output: Mapped[str] = mapped_column(NulSafeText)
     answer_exit_code: Mapped[int] = mapped_column(Integer)
     answer_truncated: Mapped[bool] = mapped_column(Boolean)
     was_decoy: Mapped[bool] = mapped_column(Boolean, index=True)
@@ -168,7 +166,7 @@ class TrainingStepRow(Base):
     run: Mapped[str] = mapped_column(String(200), index=True)
     step: Mapped[int] = mapped_column(Integer)
     policy_version: Mapped[str] = mapped_column(String(200))
-    checkpoint_path: Mapped[str] = mapped_column(Text)
+    checkpoint_path: Mapped[str] = mapped_column(NulSafeText)
     num_sub_trajectories: Mapped[int] = mapped_column(Integer)
     metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

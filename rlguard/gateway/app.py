@@ -59,6 +59,11 @@ async def _on_validation_error(_request: Request, exc: RequestValidationError) -
     return JSONResponse(status_code=422, content={"detail": errors, "message": _validation_message(exc)})
 
 
+async def _on_recursion_error(_request: Request, _exc: RecursionError) -> JSONResponse:
+    """Input nested past the interpreter's recursion limit is the client's error, not the server's."""
+    return JSONResponse(status_code=400, content={"detail": "request nested too deeply"})
+
+
 def _default_guard(settings: Settings, metrics: GatewayMetrics) -> Any:
     """The guard from settings; judge outcomes feed the judge latency and error metrics."""
 
@@ -133,6 +138,7 @@ def create_app(
     )
     app.state.metrics = metrics
     app.add_exception_handler(RequestValidationError, _on_validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RecursionError, _on_recursion_error)  # type: ignore[arg-type]
     app.include_router(health.router)
     app.include_router(api.router)
     app.include_router(audit_page.router)

@@ -12,6 +12,7 @@ import hmac
 import os
 import secrets
 import sys
+import time
 from pathlib import Path
 
 from rlguard.settings import Settings
@@ -64,3 +65,34 @@ def ensure_admin_token(settings: Settings) -> str:
         handle.write(token + "\n")
     print(f"rlguard: generated admin token (saved to {path}): {token}", file=sys.stderr, flush=True)
     return token
+
+
+class AuditSessions:
+    """Browser sessions of the audit page: random tokens, revocable, expiring.
+
+    Only their SHA-256 is kept (in memory: a gateway restart signs every browser out), so neither a
+    stolen cookie outlives a logout nor does a cookie say anything about the admin token. At most
+    ``max_sessions`` live at once; the oldest goes first.
+    """
+
+    def __init__(self, ttl_s: float = 12 * 3600, max_sessions: int = 1000) -> None:
+        self.ttl_s = ttl_s
+        self.max_sessions = max_sessions
+        self._expiry: dict[str, float] = {}
+
+    def open(self) -> str:
+        """A new session's cookie value."""
+        token = new_token()
+        now = time.monotonic()
+        self._expiry = {h: t for h, t in self._expiry.items() if t > now}
+        while len(self._expiry) >= self.max_sessions:
+            self._expiry.pop(next(iter(self._expiry)))
+        self._expiry[hash_token(token)] = now + self.ttl_s
+        return token
+
+    def valid(self, cookie: str) -> bool:
+        expiry = self._expiry.get(hash_token(cookie)) if cookie else None
+        return expiry is not None and expiry > time.monotonic()
+
+    def revoke(self, cookie: str) -> None:
+        self._expiry.pop(hash_token(cookie), None)

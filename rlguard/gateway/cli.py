@@ -8,18 +8,26 @@ SQLAlchemy and the packages behind them load only for the command that runs.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from rlguard.errors import RlguardError
 from rlguard.settings import Settings
+from sandbox.textsafe import terminal_safe
 
 console = Console()
+
+
+def shown(value: str | None, limit: int | None = None) -> Text:
+    """A stored (agent-controlled) string as a table cell: controls made visible, no Rich markup."""
+    text = value or ""
+    return Text(terminal_safe(text[:limit] if limit else text))
 
 
 def _store():
@@ -33,13 +41,14 @@ def _store():
 
 
 def parse_since(value: str | None) -> datetime | None:
+    from rlguard.gateway.services.audit import parse_since as parse
+
     if value is None:
         return None
     try:
-        parsed = datetime.fromisoformat(value)
+        return parse(value)
     except ValueError as exc:
-        raise RlguardError(f"--since {value!r} is not an ISO 8601 time (e.g. 2026-01-31T12:00)") from exc
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
+        raise RlguardError(f"--since: {exc}") from exc
 
 
 def preflight(settings: Settings) -> None:
@@ -140,15 +149,15 @@ def audit(
         c = item.call
         table.add_row(
             c.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-            f"{c.episode_id[:12]} #{c.seq}",
-            c.tool,
-            c.normalized[:200],
-            c.action,
-            c.stage or "",
-            c.category or "",
-            c.rule_id or "",
-            c.reason[:200],
-            c.answer_output[:200],
+            shown(f"{c.episode_id[:12]} #{c.seq}"),
+            shown(c.tool),
+            shown(c.normalized, 200),
+            shown(c.action),
+            shown(c.stage),
+            shown(c.category),
+            shown(c.rule_id),
+            shown(c.reason, 200),
+            shown(c.answer_output, 200),
         )
     console.print(table)
 
@@ -216,13 +225,13 @@ def audit_stats(as_json: bool = typer.Option(False, "--json", help="Print JSON")
     for column in ("category", "intercepted", "rate of all calls"):
         by_cat.add_column(column)
     for row in stats.by_category:
-        by_cat.add_row(row.key or "(none)", str(row.intercepted), f"{row.rate:.2%}")
+        by_cat.add_row(shown(row.key or "(none)"), str(row.intercepted), f"{row.rate:.2%}")
     console.print(by_cat)
     by_pv = Table(title="per policy version")
     for column in ("policy version", "calls", "intercepted", "rate"):
         by_pv.add_column(column)
     for row in stats.by_policy_version:
-        by_pv.add_row(row.key or "(none)", str(row.calls), str(row.intercepted), f"{row.rate:.2%}")
+        by_pv.add_row(shown(row.key or "(none)"), str(row.calls), str(row.intercepted), f"{row.rate:.2%}")
     console.print(by_pv)
 
 

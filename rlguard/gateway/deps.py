@@ -6,12 +6,12 @@ endpoint looks the resource up (404) and checks its state (409).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from rlguard.gateway.auth import hash_token, hashes_equal
+from rlguard.gateway.auth import AuditSessions, hash_token, hashes_equal
 from rlguard.gateway.services.audit import AuditService
 from rlguard.gateway.services.episodes import EpisodeService
 
@@ -26,6 +26,7 @@ class GatewayState:
     admin_hash: str
     episodes: EpisodeService
     audit: AuditService
+    sessions: AuditSessions = field(default_factory=AuditSessions)
 
 
 async def state(request: Request) -> GatewayState:

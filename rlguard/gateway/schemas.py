@@ -40,6 +40,8 @@ class _Call(_Strict):
                 return json.loads(value) if value.strip() else {}
             except ValueError as exc:
                 raise ValueError(f"arguments is a string but not JSON: {exc}") from None
+            except RecursionError:
+                raise ValueError("arguments is a string nested too deeply to be tool arguments") from None
         return value
 
 
@@ -114,7 +116,10 @@ class FinishRequest(_Strict):
 
 
 class FinishResponse(BaseModel):
-    reward: float
+    """The stored outcome: ``reward`` is null only when the grader itself failed (status failed);
+    an ungradable workspace is 0.0 with ``details["ungradable"]`` saying why."""
+
+    reward: float | None
     details: dict[str, Any]
 
 

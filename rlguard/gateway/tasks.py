@@ -40,7 +40,9 @@ class TaskInfo:
 
 @dataclass(frozen=True)
 class GradeOutcome:
-    reward: float
+    """A grading's reward (None only when the grader itself failed) and what it found."""
+
+    reward: float | None
     details: dict[str, Any]
 
 

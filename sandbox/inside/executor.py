@@ -11,11 +11,13 @@ ids, its own deadline) and restarts it when it dies. It names itself ``rlguard-e
 SIGTERM/SIGINT/SIGHUP so a casual ``pkill`` leaves it alone.
 
 Per command: a new session (``setsid``), stdout and stderr on one pipe (order kept), output kept as
-head + tail within the cap while streaming, and on timeout the whole process group, session and
-descendant tree is SIGKILLed and the answer is exit code 124.
+head + tail within the cap while streaming; when the command ends (or times out: exit code 124)
+every other process of the agent's uid is SIGKILLed, so nothing outlives its call. File operations
+check the object they opened, not a name, so no racer can lead them out of /workspace.
 """
 
 import binascii
+import errno
 import fcntl
 import os
 import select
@@ -134,15 +136,6 @@ def reap(pid):
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
-def start_ticks(pid):
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            raw = handle.read().decode("ascii", "replace")
-        return int(raw[raw.rfind(")") + 2 :].split()[19])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
 class Capture:
     """Head and tail of a stream within ``cap`` bytes, however long the stream runs."""
 
@@ -201,42 +194,34 @@ def process_table():
     return table
 
 
-def kill_everything_from(leader, born):
-    """SIGKILL the command and all it started, until none is left.
+def kill_strays():
+    """SIGKILL every process of the agent's uid but the runner itself, until none is left.
 
-    That is its process group, its session, its descendants, and every process started since it
-    (a double fork with ``setsid`` leaves all three, but not the start-time rule). The runner runs
-    one command at a time, so a process younger than the command is the command's.
+    Nothing a command starts outlives it: not a background job that closed its output, not a
+    double-forked daemon. So no process can race a later file operation, and none can write into a
+    later command's recorded output. ``kill(-1)`` reaches every process this uid may signal except
+    the caller (the container's init and keep-alive run as ``nobody``); a fork racing the first
+    sweep is caught by the next one.
     """
     me = os.getpid()
-    for _ in range(50):
-        table = process_table()
-        children = {}
-        for pid, row in table.items():
-            children.setdefault(row[1], []).append(pid)
-        victims = {
-            pid for pid, row in table.items() if leader in (row[2], row[3]) or (born and row[4] >= born)
-        }
-        stack = [leader]
-        while stack:
-            for child in children.get(stack.pop(), ()):
-                victims.add(child)
-                stack.append(child)
-        victims.add(leader)
-        victims.discard(me)
-        alive = [pid for pid in victims if pid in table and table[pid][0] != "Z" and pid != 1]
-        if not alive:
-            return
+    for _ in range(200):
         try:
-            os.killpg(leader, signal.SIGKILL)
+            os.kill(-1, signal.SIGKILL)
         except OSError:
-            pass
-        for pid in alive:
+            pass  # ESRCH: nothing left to signal
+        left = False
+        for pid, row in process_table().items():
+            if pid == me or row[0] in ("Z", "X"):
+                continue
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, 0)
             except OSError:
-                pass
-        time.sleep(0.005)
+                continue  # not ours, or already gone
+            left = True
+            break
+        if not left:
+            return
+        time.sleep(0.002)
 
 
 def run_command(request):
@@ -256,7 +241,6 @@ def run_command(request):
         return {"output": f"cannot start {SHELL}: {exc}", "exit_code": 127, "truncated": False}
     finally:
         os.close(write_fd)
-    born = start_ticks(pid)
     try:
         pidfd = os.pidfd_open(pid)
     except (AttributeError, OSError):
@@ -268,17 +252,20 @@ def run_command(request):
     capture = Capture(cap)
     status = exited_at = None
     timed_out = eof = False
-    while not eof:
+    # Until the shell has exited and its output is read (or a background child still holding the
+    # pipe has had DRAIN_AFTER_EXIT_S), or the deadline: a shell that closes its output and keeps
+    # running is still waited for, never cut short by its end of file.
+    while True:
         now = time.monotonic()
         if exited_at is None:
             done, raw = os.waitpid(pid, os.WNOHANG)
             if done:
                 status, exited_at = os.waitstatus_to_exitcode(raw), now
+        if exited_at is not None and (eof or now - exited_at >= DRAIN_AFTER_EXIT_S):
+            break
         if now >= deadline:
             timed_out = True
             break
-        if exited_at is not None and now - exited_at >= DRAIN_AFTER_EXIT_S:
-            break  # the shell is gone but a background child still holds the pipe
         wait = deadline - now
         if exited_at is not None:
             wait = min(wait, exited_at + DRAIN_AFTER_EXIT_S - now)
@@ -291,10 +278,10 @@ def run_command(request):
                     capture.add(data)
                 else:
                     eof = True
+                    poller.unregister(read_fd)
             elif fd == pidfd:
                 poller.unregister(pidfd)
-    if not eof:
-        kill_everything_from(pid, born)
+    kill_strays()
     os.close(read_fd)
     if pidfd is not None:
         os.close(pidfd)
@@ -320,36 +307,108 @@ def run_command(request):
     }
 
 
-def resolve(path):
-    """The real path of ``path``; refused unless it stays inside /workspace after symlinks."""
+def lexical(path):
+    """``path`` made absolute and normalised; refused unless it names /workspace or lies below it.
+
+    Only the spelling is checked here; where the name really leads (symlinks, renames racing the
+    call) is checked on the opened object itself (:func:`inside`).
+    """
     path = str(path)
     if "\0" in path:
         raise Refused("invalid", "path contains a NUL byte")
-    full = path if path.startswith("/") else os.path.join(WORKSPACE, path)
-    real = os.path.realpath(full)
-    if real != WORKSPACE and not real.startswith(WORKSPACE + "/"):
+    full = os.path.normpath(path if path.startswith("/") else os.path.join(WORKSPACE, path))
+    full = "/" + full.lstrip("/")
+    if full != WORKSPACE and not full.startswith(WORKSPACE + "/"):
         raise Refused("path_escape", f"path {path!r} leaves /workspace")
-    return real
+    return full
 
 
-def open_regular(real, flags, mode=0o644):
+def inside(fd, shown):
+    """``fd``'s status, if the object it names is in /workspace (else it is closed and refused).
+
+    Checked on the open object, not on a name, so no rename or symlink swap can slip in between
+    the check and the use: the object must be on the workspace's own file system (a tmpfs mounted
+    at /workspace, nothing else of it is mounted anywhere) and the kernel's name for it must lie
+    below /workspace.
+    """
+    info = os.fstat(fd)
     try:
-        fd = os.open(real, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
-    except FileNotFoundError:
-        raise Refused("not_found", f"no such file: {real}") from None
-    except IsADirectoryError:
-        raise Refused("invalid", f"is a directory: {real}") from None
-    except OSError as exc:
-        raise Refused("invalid", f"cannot open {real}: {exc.strerror}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        where = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        where = ""
+    if info.st_dev != os.stat(WORKSPACE).st_dev or not (
+        where == WORKSPACE or where.startswith(WORKSPACE + "/")
+    ):
         os.close(fd)
-        raise Refused("invalid", f"not a regular file: {real}")
+        raise Refused("path_escape", f"path {shown!r} leaves /workspace")
+    return info
+
+
+def open_inside(full, shown, directory=False):
+    """An ``O_PATH`` descriptor of what ``full`` leads to (symlinks followed), refused outside, and
+    refused unless it is a directory (``directory``) or a regular file."""
+    try:
+        fd = os.open(full, os.O_PATH | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        raise Refused("not_found", f"no such {'directory' if directory else 'file'}: {shown}") from None
+    except OSError as exc:
+        raise Refused("invalid", f"cannot open {shown}: {exc.strerror}") from None
+    info = inside(fd, shown)
+    if directory and not stat.S_ISDIR(info.st_mode):
+        os.close(fd)
+        raise Refused("invalid", f"not a directory: {shown}")
+    if not directory and not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise Refused(
+            "invalid", f"{'is a directory' if stat.S_ISDIR(info.st_mode) else 'not a regular file'}: {shown}"
+        )
+    return fd
+
+
+def reopen(fd, flags):
+    """Open the very object ``fd`` names (no path lookup again) with real access ``flags``."""
+    try:
+        return os.open(f"/proc/self/fd/{fd}", flags | os.O_CLOEXEC | os.O_NONBLOCK)
+    finally:
+        os.close(fd)
+
+
+def ensure_directory(full, shown):
+    """An ``O_PATH`` descriptor of directory ``full``, creating missing components one by one.
+
+    Every component is opened relative to the checked descriptor of its parent and checked in
+    turn, so a directory is only ever created inside /workspace whatever a racer renames.
+    """
+    fd = os.open(WORKSPACE, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    for part in full[len(WORKSPACE) :].split("/"):
+        if not part:
+            continue
+        try:
+            try:
+                child = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+            except FileNotFoundError:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                child = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        except OSError as exc:
+            raise Refused("invalid", f"cannot create the directories of {shown}: {exc.strerror}") from None
+        finally:
+            os.close(fd)
+        fd = child
+        inside(fd, shown)
     return fd
 
 
 def read_file(request):
     limit = int(request["max"])
-    fd = open_regular(resolve(request["path"]), os.O_RDONLY)
+    shown = str(request["path"])
+    fd = open_inside(lexical(shown), shown)
+    try:
+        fd = reopen(fd, os.O_RDONLY)
+    except OSError as exc:
+        raise Refused("invalid", f"cannot open {shown}: {exc.strerror}") from None
     chunks, size = [], 0
     try:
         while size < limit:
@@ -364,27 +423,62 @@ def read_file(request):
 
 
 def write_file(request):
-    real = resolve(request["path"])
-    if real == WORKSPACE:
+    shown = str(request["path"])
+    full = lexical(shown)
+    if full == WORKSPACE:
         raise Refused("invalid", "cannot write to the workspace directory itself")
-    resolve(os.path.dirname(real))
-    os.makedirs(os.path.dirname(real), exist_ok=True)
     data = decode(request["data"])
-    fd = open_regular(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    parent = ensure_directory(os.path.dirname(full), shown)
+    name = os.path.basename(full)
     try:
+        try:
+            fd = os.open(
+                name,
+                os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                0o644,
+                dir_fd=parent,
+            )
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            # The name is a symlink: write through it only if it leads to a file in /workspace.
+            fd = os.open(name, os.O_PATH | os.O_CLOEXEC, dir_fd=parent)
+            inside(fd, shown)
+            fd = reopen(fd, os.O_WRONLY)
+    except Refused:
+        raise
+    except FileNotFoundError:
+        raise Refused("not_found", f"no such file: {shown}") from None
+    except OSError as exc:
+        raise Refused("invalid", f"cannot open {shown}: {exc.strerror}") from None
+    finally:
+        os.close(parent)
+    try:
+        info = inside(fd, shown)
+        if not stat.S_ISREG(info.st_mode):
+            raise Refused("invalid", f"not a regular file: {shown}")
+        os.ftruncate(fd, 0)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
     finally:
-        os.close(fd)
+        try:
+            os.close(fd)
+        except OSError:
+            pass
     return {}
 
 
 def list_dir(request):
-    real = resolve(request["path"])
+    shown = str(request["path"])
+    fd = open_inside(lexical(shown), shown, directory=True)
+    try:
+        fd = reopen(fd, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise Refused("invalid", f"cannot list {shown}: {exc.strerror}") from None
     entries = []
     try:
-        with os.scandir(real) as scan:
+        with os.scandir(fd) as scan:
             for entry in scan:
                 info = entry.stat(follow_symlinks=False)
                 if stat.S_ISLNK(info.st_mode):
@@ -399,10 +493,8 @@ def list_dir(request):
                 entries.append([name, kind, info.st_size])
                 if len(entries) >= MAX_LIST_ENTRIES:
                     break
-    except FileNotFoundError:
-        raise Refused("not_found", f"no such directory: {real}") from None
-    except NotADirectoryError:
-        raise Refused("invalid", f"not a directory: {real}") from None
+    finally:
+        os.close(fd)
     entries.sort()
     return {"entries": entries}
 
@@ -453,7 +545,10 @@ def get_tar(request):
     limit = int(request["max"])
     out_r, out_w = os.pipe()
     try:
-        pid = spawn(["tar", "-c", "-C", WORKSPACE, "-f", "-", "."], DEVNULL, out_w, DEVNULL_W)
+        # Unreadable files (``chmod 000``) are skipped, not fatal: the agent cannot make the export
+        # fail and so keep its episode out of training; what it hid is simply not graded.
+        argv = ["tar", "-c", "--ignore-failed-read", "-C", WORKSPACE, "-f", "-", "."]
+        pid = spawn(argv, DEVNULL, out_w, DEVNULL_W)
     finally:
         os.close(out_w)
     chunks, size = [], 0
@@ -470,7 +565,7 @@ def get_tar(request):
             chunks.append(data)
     finally:
         os.close(out_r)
-    if reap(pid) != 0:
+    if reap(pid) not in (0, 1):  # 1: a file changed while it was read
         raise Refused("error", "tar of the workspace failed")
     return {"data": encode(b"".join(chunks))}
 

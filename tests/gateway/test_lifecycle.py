@@ -52,10 +52,14 @@ def test_idle_and_overlong_episodes_time_out_and_lose_their_sandbox(tmp_path, do
             ):
                 assert busy.call("bash", command="true").status_code in (200, 409)
                 time.sleep(0.3)
-            idle_view = _wait_for_status(admin, idle.id, "timed_out", 5)
-            busy_view = _wait_for_status(admin, busy.id, "timed_out", 5)
-        assert (idle_view["status"], idle_view["details"]) == ("timed_out", {"timeout": "idle"})
-        assert (busy_view["status"], busy_view["details"]) == ("timed_out", {"timeout": "max_duration"})
+            # Timed-out episodes are graded (their workspace as it stands), so this includes gradings.
+            idle_view = _wait_for_status(admin, idle.id, "timed_out", 180)
+            busy_view = _wait_for_status(admin, busy.id, "timed_out", 180)
+        assert (idle_view["status"], idle_view["details"]["timeout"]) == ("timed_out", "idle")
+        assert (busy_view["status"], busy_view["details"]["timeout"]) == ("timed_out", "max_duration")
+        # Graded like finished episodes (so the trainer takes them), not left without a reward.
+        assert idle_view["reward"] is not None and busy_view["reward"] is not None
+        assert "ungradable" not in idle_view["details"] and "timings" in idle_view["details"]
         assert busy_view["num_calls"] >= 3  # it was active, yet ran past its maximum duration
         assert not _exists(docker_client, idle_box)
         assert idle.call("bash", command="true").status_code == 409

@@ -26,7 +26,7 @@ async def test_exit_code_and_signal_death_are_reported(shared: DockerSandbox) ->
 
 async def test_commands_run_as_agent_in_workspace(shared: DockerSandbox) -> None:
     result = await shared.exec("id -u; id -g; pwd; echo $HOME")
-    assert result.output.split() == ["1000", "1000", "/workspace", "/tmp"]
+    assert result.output.split() == [str(shared.uid), str(shared.uid), "/workspace", "/tmp"]
 
 
 async def test_timeout_kills_command_and_background_children(shared: DockerSandbox) -> None:
@@ -69,7 +69,7 @@ async def test_zombies_are_reaped(shared: DockerSandbox) -> None:
     counts = []
     for _ in range(50):  # give the sleeps time to end, then init time to reap them
         await asyncio.sleep(0.2)
-        result = await shared.exec("echo $(pgrep -c -x -u 1000 sleep) $(ps -eo stat= | grep -c '^Z')")
+        result = await shared.exec("echo $(pgrep -c -x -u $(id -u) sleep) $(ps -eo stat= | grep -c '^Z')")
         counts.append(result.output.split())
         if counts[-1] == ["0", "0"]:
             break
@@ -103,7 +103,7 @@ async def _peek(sandbox: DockerSandbox) -> str:
     # Read the marker without going through the (busy) runner: a plain docker exec.
     backend = sandbox._backend
     container = await backend.call(backend.client.containers.get, sandbox.id)
-    result = await backend.call(container.exec_run, ["cat", "/tmp/mark"], user="1000")
+    result = await backend.call(container.exec_run, ["cat", "/tmp/mark"], user=sandbox.user)
     return result.output.decode().strip()
 
 

@@ -27,7 +27,7 @@ async def test_write_read_list_round_trip(sandbox: DockerSandbox) -> None:
     (entry,) = await sandbox.list_dir("pkg/sub")
     assert entry.size == len(payload)
     owner = await sandbox.exec("stat -c %u pkg/sub/data.bin")
-    assert owner.output.strip() == "1000"
+    assert owner.output.strip() == str(sandbox.uid)
 
 
 @pytest.mark.parametrize(

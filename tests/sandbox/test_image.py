@@ -66,7 +66,7 @@ async def test_image_contents(docker_client: docker.DockerClient, sandbox_image:
         "id; python3 --version; python3 -m pytest --version; git --version; ls /usr/share/doc | wc -l"
     )
     out = result.output
-    assert "uid=1000(agent) gid=1000(agent)" in out
+    assert f"uid={shared.uid} gid={shared.uid}" in out  # the sandbox's own uid, not the image's agent
     assert "Python 3." in out and "pytest" in out and "git version" in out
     assert out.strip().endswith("0")
 

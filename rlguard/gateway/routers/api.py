@@ -6,7 +6,7 @@ import asyncio
 import json
 import shutil
 import tempfile
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -33,6 +33,7 @@ from rlguard.gateway.schemas import (
     ToolCallView,
     recorded_call_fields,
 )
+from rlguard.gateway.services.audit import as_utc
 from rlguard.gateway.services.episodes import CapacityError, EpisodeNotFound, EpisodeNotRunning
 from rlguard.gateway.tasks import UnknownTaskError
 from rlguard.gateway.tools import openai_tools
@@ -198,12 +199,16 @@ async def list_intercepts(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
 ) -> InterceptPage:
+    try:
+        since_utc = None if since is None else as_utc(since)
+    except ValueError as exc:
+        raise HTTPException(422, f"since: {exc}") from exc
     filters = InterceptFilter(
         category=category,
         stage=stage,
         episode_id=episode_id,
         policy_version=policy_version,
-        since=_utc(since),
+        since=since_utc,
     )
     return await gw.audit.intercepts(filters, limit, offset)
 
@@ -217,12 +222,6 @@ async def list_patch_reviews(
 ) -> PatchReviewPage:
     """Episodes whose final patch the guard's review flagged (pytest-mode grading), newest first."""
     return await gw.audit.patch_reviews(tampering_only, limit, offset)
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
 ExportStatus = Literal["finished", "timed_out", "interrupted", "failed"]

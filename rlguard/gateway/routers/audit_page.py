@@ -1,23 +1,25 @@
 """``/audit``: the server-rendered audit page (Jinja2, inline SVG chart, no front-end build).
 
 A browser cannot send a bearer header, so the page accepts the admin token once (``?token=`` or
-the login form) and then keeps a session cookie derived from it (HttpOnly, SameSite=Strict); the
-cookie is a hash, never the token itself.
+the login form) and then keeps a session cookie (HttpOnly, SameSite=Strict): a random session
+token, revoked by logout and expiring, never derived from the admin token. Every answer carries
+a strict Content-Security-Policy, ``X-Frame-Options: DENY`` and ``Referrer-Policy: no-referrer``
+(the login URL may hold the token).
 """
 
 from __future__ import annotations
 
-import hashlib
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from rlguard.gateway.auth import hash_token, hashes_equal
 from rlguard.gateway.deps import GatewayState
+from rlguard.gateway.services.audit import parse_since
 from store.repository import InterceptFilter, InterceptStats
 
 router = APIRouter(include_in_schema=False)
@@ -37,8 +39,22 @@ CATEGORIES = (
 )
 
 
-def session_value(admin_hash: str) -> str:
-    return hashlib.sha256(f"rlguard-audit-session:{admin_hash}".encode()).hexdigest()
+SECURITY_HEADERS = {
+    # Inline <style> and style attributes only: no script, no frames, no foreign anything.
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; "
+        "frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+}
+
+
+def _secured(response: Response) -> Response:
+    response.headers.update(SECURITY_HEADERS)
+    return response
 
 
 def _gw(request: Request) -> GatewayState:
@@ -46,8 +62,7 @@ def _gw(request: Request) -> GatewayState:
 
 
 def _has_session(request: Request) -> bool:
-    cookie = request.cookies.get(COOKIE, "")
-    return bool(cookie) and hashes_equal(cookie, session_value(_gw(request).admin_hash))
+    return _gw(request).sessions.valid(request.cookies.get(COOKIE, ""))
 
 
 def _login_redirect(request: Request, token: str, target_query: dict[str, str]) -> Response:
@@ -56,12 +71,19 @@ def _login_redirect(request: Request, token: str, target_query: dict[str, str]) 
         return _login_page(request, error="That token is not the admin token.")
     url = "/audit" + (f"?{urlencode(target_query)}" if target_query else "")
     response = RedirectResponse(url, status_code=303)
-    response.set_cookie(COOKIE, session_value(gw.admin_hash), httponly=True, samesite="strict", path="/audit")
-    return response
+    response.set_cookie(
+        COOKIE,
+        gw.sessions.open(),
+        max_age=int(gw.sessions.ttl_s),
+        httponly=True,
+        samesite="strict",
+        path="/audit",
+    )
+    return _secured(response)
 
 
-def _login_page(request: Request, error: str | None = None) -> HTMLResponse:
-    return templates.TemplateResponse(request, "login.html", {"error": error}, status_code=401)
+def _login_page(request: Request, error: str | None = None) -> Response:
+    return _secured(templates.TemplateResponse(request, "login.html", {"error": error}, status_code=401))
 
 
 @router.post("/audit/login")
@@ -71,21 +93,18 @@ async def login(request: Request) -> Response:
     return _login_redirect(request, form.get("token", [""])[0].strip(), {})
 
 
-@router.get("/audit/logout")
-async def logout() -> Response:
+@router.api_route("/audit/logout", methods=["GET", "POST"])
+async def logout(request: Request) -> Response:
+    """End this browser's session for good: the cookie is revoked on the server, not only dropped."""
+    _gw(request).sessions.revoke(request.cookies.get(COOKIE, ""))
     response = RedirectResponse("/audit", status_code=303)
     response.delete_cookie(COOKIE, path="/audit")
-    return response
+    return _secured(response)
 
 
 def _parse_since(value: str) -> datetime | None:
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
+    """None for no filter; ValueError for a value that is not a time or leaves the UTC range."""
+    return parse_since(value) if value else None
 
 
 def _chart(stats: InterceptStats) -> dict[str, object]:
@@ -121,19 +140,23 @@ async def audit_page(request: Request) -> Response:
         page = max(0, min(int(params.get("page", "0") or 0), 100_000))
     except ValueError:
         page = 0
+    try:
+        since = _parse_since(params.get("since", ""))
+    except ValueError as exc:
+        return _secured(PlainTextResponse(f"since: {exc}", status_code=400))
     filters = InterceptFilter(
         category=params.get("category") or None,
         stage=params.get("stage") or None,
         episode_id=params.get("episode_id") or None,
         policy_version=params.get("policy_version") or None,
-        since=_parse_since(params.get("since", "")),
+        since=since,
     )
     gw = _gw(request)
     result = await gw.audit.intercepts(filters, PAGE_SIZE, page * PAGE_SIZE)
     stats = await gw.audit.stats()
     patch_reviews = await gw.audit.patch_reviews(False, PAGE_SIZE, 0)
     query = {k: v for k, v in params.items() if k in FILTERS and v}
-    return templates.TemplateResponse(
+    response = templates.TemplateResponse(
         request,
         "audit.html",
         {
@@ -148,3 +171,4 @@ async def audit_page(request: Request) -> Response:
             "next_url": f"/audit?{urlencode({**query, 'page': page + 1})}" if result.next_offset else None,
         },
     )
+    return _secured(response)

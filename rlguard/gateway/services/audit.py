@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from rlguard.gateway.dbrunner import DbRunner
 from rlguard.gateway.schemas import (
     InterceptPage,
@@ -12,6 +14,26 @@ from rlguard.gateway.schemas import (
 )
 from store.models import EpisodeRow
 from store.repository import Intercept, InterceptFilter, InterceptStats
+
+
+def as_utc(value: datetime) -> datetime:
+    """``value`` in UTC (naive means UTC); ValueError when the conversion leaves the datetime range
+    (``0001-01-01T00:00+14:00``), which would otherwise surface as a server error in the query."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"{value.isoformat()} is out of range in UTC") from None
+
+
+def parse_since(text: str) -> datetime:
+    """An ISO 8601 ``since`` filter as an aware UTC datetime; ValueError naming what is wrong."""
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an ISO 8601 time (e.g. 2026-01-31T12:00)") from None
+    return as_utc(parsed)
 
 
 def intercept_view(item: Intercept) -> InterceptView:

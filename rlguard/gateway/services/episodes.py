@@ -369,37 +369,64 @@ class EpisodeService:
 
         ``end_reason`` (from the runner) is kept in the details: the trainer reads it to tell an
         episode cut off by a limit (bootstrapped from the critic) from one the agent ended.
+
+        Nothing the agent controls keeps its episode out of training: a workspace that cannot be
+        exported (unreadable files, over the transfer cap, a runner killed by a memory flood) is
+        graded 0.0 with the reason in ``details["ungradable"]``, status ``finished``. Only a grader
+        that fails on its own (engine or image gone) leaves ``failed`` with no reward. The answer
+        returned is exactly what is stored.
         """
         live = await self._live_or_raise(episode_id)
         async with live.lock:
             if live.closed:
                 raise EpisodeNotRunning(episode_id, "ending")
             live.closed = True
-            status, details = EpisodeStatus.FINISHED, {}
-            try:
-                workspace = await live.sandbox.export_workspace()
+            extra = {} if end_reason is None else {"end_reason": end_reason}
+            return await self._grade_and_end(live, EpisodeStatus.FINISHED, extra)
+
+    async def _grade_and_end(
+        self, live: LiveEpisode, status: EpisodeStatus, extra: dict[str, str]
+    ) -> GradeOutcome:
+        """Grade the final workspace, destroy the sandbox, store status, reward and details."""
+        reward: float | None
+        try:
+            workspace, problem = await self._export(live)
+            if workspace is None:
+                reward, details = 0.0, {"ungradable": problem}
+            else:
                 outcome = await self.grade(self.backend, live.task, workspace)
                 reward, details = await self._review_patch(live, outcome.reward, dict(outcome.details))
-            except Exception as exc:  # a broken grader must not lose the episode: record why
-                log.exception("grading failed", extra={"episode_id": episode_id})
-                status, reward, details = EpisodeStatus.FAILED, None, {"error": f"grading failed: {exc}"}
-            finally:
-                await self._release(live)
-            details["status"] = status.value
-            if end_reason is not None:
-                details["end_reason"] = end_reason
-            await self.db.run(self.db.store.end_episode, episode_id, status, reward=reward, details=details)
+        except Exception as exc:  # a broken grader must not lose the episode: record why
+            log.exception("grading failed", extra={"episode_id": live.id})
+            status, reward, details = EpisodeStatus.FAILED, None, {"error": f"grading failed: {exc}"}
+        finally:
+            await self._release(live)
+        details["status"] = status.value
+        details.update(extra)
+        await self.db.run(self.db.store.end_episode, live.id, status, reward=reward, details=details)
         self.metrics.episodes.labels(status.value).inc()
-        log.info("episode ended", extra={"episode_id": episode_id, "status": status.value, "reward": reward})
-        return GradeOutcome(reward=reward if reward is not None else 0.0, details=details)
+        log.info("episode ended", extra={"episode_id": live.id, "status": status.value, "reward": reward})
+        return GradeOutcome(reward=reward, details=details)
+
+    async def _export(self, live: LiveEpisode) -> tuple[bytes | None, str]:
+        """The final workspace, or None and why it could not be exported (tried twice: a runner the
+        agent's last command left dead is restarted by the second try)."""
+        problem = ""
+        for _ in range(2):
+            try:
+                return await live.sandbox.export_workspace(), ""
+            except Exception as exc:  # SandboxError, a closed channel, a timeout: all the agent's doing
+                problem = f"workspace export failed: {type(exc).__name__}: {exc}"[:1000]
+                log.warning("workspace export failed", extra={"episode_id": live.id, "error": problem})
+        return None, problem
 
     async def _review_patch(
-        self, live: LiveEpisode, reward: float, details: dict[str, Any]
-    ) -> tuple[float, dict[str, Any]]:
+        self, live: LiveEpisode, reward: float | None, details: dict[str, Any]
+    ) -> tuple[float | None, dict[str, Any]]:
         """The guard's review of the final patch, when the grading mode produced one."""
         reviewer = getattr(self.guard, "review_patch", None)
         patch = details.get("patch")
-        if reviewer is None or not isinstance(patch, str):
+        if reviewer is None or not isinstance(patch, str) or reward is None:
             return reward, details
         review = await asyncio.to_thread(reviewer, patch, live.task.protected_paths)
         return apply_patch_review(reward, details, review, self.settings.patch_review)
@@ -414,27 +441,28 @@ class EpisodeService:
             log.exception("sandbox destroy failed; gc will reap it", extra={"episode_id": live.id})
 
     async def expire(self) -> list[str]:
-        """Time out episodes idle or alive too long (skipping any with a call in flight)."""
+        """Time out episodes idle or alive too long (skipping any with a call in flight).
+
+        A timed-out episode is graded like a finished one (its workspace as it stands), so running
+        out the clock does not keep an episode out of training either.
+        """
         now = time.monotonic()
-        expired = []
+        ending: list[tuple[LiveEpisode, str]] = []
         for live in list(self.live.values()):
             idle = now - live.last_activity > self.settings.episode_idle_timeout_s
             overlong = now - live.started > self.settings.episode_max_duration_s
             if not (idle or overlong) or live.lock.locked() or live.closed:
                 continue
+            live.closed = True
+            ending.append((live, "idle" if idle else "max_duration"))
+
+        async def end(live: LiveEpisode, reason: str) -> None:
             async with live.lock:
-                if live.closed:
-                    continue
-                live.closed = True
-                await self._release(live)
-                reason = "idle" if idle else "max_duration"
-                await self.db.run(
-                    self.db.store.end_episode, live.id, EpisodeStatus.TIMED_OUT, details={"timeout": reason}
-                )
-            self.metrics.episodes.labels(EpisodeStatus.TIMED_OUT.value).inc()
+                await self._grade_and_end(live, EpisodeStatus.TIMED_OUT, {"timeout": reason})
             log.info("episode timed out", extra={"episode_id": live.id, "reason": reason})
-            expired.append(live.id)
-        return expired
+
+        await asyncio.gather(*(end(live, reason) for live, reason in ending))
+        return [live.id for live, _ in ending]
 
     async def run_expiry_loop(self) -> None:
         interval = max(

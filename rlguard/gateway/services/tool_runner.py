@@ -38,9 +38,31 @@ def _decode(data: bytes, cap: int) -> tuple[str, bool]:
     return data[:cap].decode("utf-8", errors="replace"), truncated
 
 
+_NAME_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape_name(name: str) -> str:
+    """A file name on one line, as ``ls -b`` shows it: a newline in a name cannot forge an entry,
+    nor a control character rewrite the reader's terminal (backslash, ``\\n``, ``\\t``, ``\\r``,
+    else ``\\ooo`` octal for C0, DEL and C1 controls)."""
+    out = []
+    for char in name:
+        code = ord(char)
+        if char in _NAME_ESCAPES:
+            out.append(_NAME_ESCAPES[char])
+        elif code < 0x20 or 0x7F <= code <= 0x9F:
+            out.append(f"\\{code:03o}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
 def list_dir_output(entries: list[DirEntry]) -> str:
-    """One entry per line, sorted, directories marked with a trailing ``/`` (like ``ls -p``)."""
-    return "\n".join(e.name + ("/" if e.kind == "dir" else "") for e in sorted(entries, key=lambda e: e.name))
+    """One entry per line, sorted, directories marked with a trailing ``/`` (like ``ls -p``), names
+    escaped like ``ls -b`` (see :func:`escape_name`)."""
+    return "\n".join(
+        escape_name(e.name) + ("/" if e.kind == "dir" else "") for e in sorted(entries, key=lambda e: e.name)
+    )
 
 
 async def _read_text(sandbox: Sandbox, tool: str, path: str, cap: int) -> tuple[str, bool] | ToolAnswer:
