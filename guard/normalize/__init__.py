@@ -5,16 +5,20 @@
 code it runs or writes (with facts read from that code) and call-level facts (files written,
 emptied, deleted). ``text`` is a canonical rendering: the judge caches by it and the store logs it.
 
-A call that cannot be read statically (shell syntax error, over the size or nesting limits, a
-non-string argument) gets ``parse_error`` set; the rule engine escalates those, never allows them.
+A call that cannot be read statically (shell syntax error, over the size or nesting limits or
+the work budget of ``guard.normalize.budget``, a non-string argument) gets ``parse_error`` set;
+the rule engine escalates those, never allows them.
 """
 
 from __future__ import annotations
 
 import shlex
+from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
-from guard.normalize.shell import Findings, ShellWalker, Unparseable
+from guard.normalize.budget import Budget, Unparseable, budgeted
+from guard.normalize.shell import Findings, ShellWalker
 from guard.paths import WORKSPACE, absolute
 from guard.types import NormalizedCall, ToolCall
 
@@ -69,45 +73,69 @@ def _file_tool(tool: str, arguments: dict[str, Any], f: Findings) -> None:
     f.note_edit(full, old, new, 0)
 
 
-def _render(tool: str, f: Findings, error: str | None) -> str:
-    """The canonical text: one line per command, then writes/facts, code and paths."""
-    lines = [f"tool: {tool}"]
+def _lines(tool: str, f: Findings, error: str | None) -> Iterator[str]:
+    """The canonical text's lines: one per command, then writes/facts, code and paths."""
+    yield f"tool: {tool}"
     for cmd in f.commands:
         prefix = "" if cmd.source == "bash" else f"[{cmd.source}] "
-        lines.append(f"$ {prefix}{shlex.join(cmd.argv)}")
+        yield f"$ {prefix}{shlex.join(cmd.argv)}"
     for fact in dict.fromkeys(f.facts):
-        lines.append(f"fact: {fact}")
+        yield f"fact: {fact}"
     for block in f.blocks:
         where = f" {block.path}" if block.path else ""
-        lines.append(f"code[{block.lang},{block.origin}{where}]:")
-        lines.append(block.text)
+        yield f"code[{block.lang},{block.origin}{where}]:"
+        yield block.text
     for path in dict.fromkeys(f.paths):
-        lines.append(f"path: {path}")
+        yield f"path: {path}"
     if error:
-        lines.append(f"unparseable: {error}")
-    text = "\n".join(lines)
+        yield f"unparseable: {error}"
+
+
+def _render(tool: str, f: Findings, error: str | None) -> str:
+    """The canonical text, head and tail kept within ``MAX_TEXT_CHARS``; the lines of a huge
+    call are never all held at once (a thousand commands of 64 KiB words stay small here)."""
+    half = MAX_TEXT_CHARS // 2
+    head: list[str] = []
+    size = 0
+    tail: deque[str] = deque()
+    tail_size = 0
+    for line in _lines(tool, f, error):
+        if size <= MAX_TEXT_CHARS:
+            head.append(line[: MAX_TEXT_CHARS + 1])
+            size += len(head[-1]) + 1
+            continue
+        tail.append(line[-half:])
+        tail_size += len(tail[-1]) + 1
+        while tail_size - len(tail[0]) - 1 >= half:
+            tail_size -= len(tail.popleft()) + 1
+    text = "\n".join([*head, *tail])
     if len(text) > MAX_TEXT_CHARS:
-        half = MAX_TEXT_CHARS // 2
         text = text[:half] + "\n…\n" + text[-half:]
     return text
 
 
-def normalize(call: ToolCall) -> NormalizedCall:
-    """What ``call`` does; never raises on bad input (an unreadable call carries ``parse_error``)."""
+def normalize(call: ToolCall, budget: Budget | None = None) -> NormalizedCall:
+    """What ``call`` does; never raises on bad input (an unreadable call carries ``parse_error``).
+
+    ``budget`` bounds the work (a fresh default ``Budget`` when None): a call over it is
+    unparseable, whatever its text asks the reading to compute."""
     f = Findings()
     error: str | None = None
     arguments = call.arguments if isinstance(call.arguments, dict) else {}
     try:
-        if not isinstance(call.arguments, dict):
-            raise Unparseable("arguments are not an object")
-        if call.tool == "bash":
-            _bash(arguments, f)
-        elif call.tool in ("read_file", "list_dir", "write_file", "edit_file"):
-            _file_tool(call.tool, arguments, f)
+        with budgeted(budget):
+            if not isinstance(call.arguments, dict):
+                raise Unparseable("arguments are not an object")
+            if call.tool == "bash":
+                _bash(arguments, f)
+            elif call.tool in ("read_file", "list_dir", "write_file", "edit_file"):
+                _file_tool(call.tool, arguments, f)
     except Unparseable as exc:
         error = str(exc)
     except RecursionError:
         error = "nested too deeply"
+    except MemoryError:  # a backstop: the budgets are meant to stop any such text long before
+        error = "over the memory budget"
     return NormalizedCall(
         tool=call.tool,
         text=_render(call.tool, f, error),

@@ -2,7 +2,8 @@
 
 ``echo Y3VybCBodHRwOi8veA== | base64 -d | sh`` runs ``curl http://x``; to see that, the
 normaliser computes what each stage prints when its input is known. Only pure text transforms are
-evaluated; anything else yields None (unknown). Output is capped so a decoding bomb stays small.
+evaluated; anything else yields None (unknown). Output is capped so a decoding bomb stays small,
+and every step charges the call's budget (``guard.normalize.budget``) for what it builds.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import binascii
 import re
 from collections.abc import Callable
 
+from guard.normalize import budget
 from guard.normalize.words import c_unescape
 
 MAX_OUTPUT = 64 * 1024
@@ -50,6 +52,7 @@ def _expand_tr_set(spec: str) -> str:
     while i < len(spec):
         if i + 2 < len(spec) and spec[i + 1] == "-":
             lo, hi = ord(spec[i]), ord(spec[i + 2])
+            budget.value(len(out) + max(0, hi - lo + 1), "tr set")  # \x00-\U0010ffff: a million
             out.extend(chr(c) for c in range(lo, hi + 1))
             i += 3
         else:
@@ -102,6 +105,7 @@ def _printf(args: list[str]) -> str:
             used += 1
             pieces.append(c_unescape(value, octal_needs_zero=True) if m.group(1) == "b" else value)
         pieces.append(fmt[last:])
+        budget.charge(sum(map(len, pieces)), "printf")
         out.append("".join(pieces))
         values = values[used:]
         if not values or not used:
@@ -115,6 +119,7 @@ def _echo(args: list[str]) -> str:
         newline = newline and "n" not in args[0]
         escapes = "e" in args[0] or (escapes and "E" not in args[0])
         args = args[1:]
+    budget.charge(sum(map(len, args)), "echo")
     text = " ".join(args)
     if escapes:
         text = c_unescape(text, octal_needs_zero=True)
@@ -139,6 +144,7 @@ def static_output(
     """What ``argv`` prints, when it is a pure text transform of known input; else None."""
     args = argv[1:]
     out: str | None = None
+    budget.charge(len(stdin or ""), program)  # each stage reads its whole input
     if program in (":", "true", "false"):
         out = ""
     elif program in ("which", "command", "type") and args and re.fullmatch(r"[\w.+-]+", args[-1]):
@@ -157,7 +163,11 @@ def static_output(
                 "" if a == "/dev/null" else files.get(resolve_file(a) if resolve_file else a)
                 for a in operands
             ]
-            out = None if any(p is None for p in parts) else "".join(p for p in parts if p is not None)
+            if any(p is None for p in parts):
+                out = None
+            else:
+                budget.charge(sum(len(p or "") for p in parts), program)
+                out = "".join(p for p in parts if p is not None)[: MAX_OUTPUT + 1]
         if out is not None and program == "tac":
             out = "\n".join(reversed(out.rstrip("\n").split("\n"))) + "\n"
     elif program in ("base64", "base32", "basenc") and any(a in ("-d", "--decode", "-D") for a in args):
@@ -180,4 +190,6 @@ def static_output(
         out = _tr(args, stdin)
     if out is not None and len(out) > MAX_OUTPUT:
         out = out[:MAX_OUTPUT]
+    if out is not None:
+        budget.charge(len(out), program)
     return out

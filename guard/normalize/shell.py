@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
-from guard.normalize import programs
+from guard.normalize import budget, programs
+from guard.normalize.budget import Unparseable
 from guard.normalize.decode import static_output
 from guard.normalize.foreign import foreign_facts
 from guard.normalize.pycode import python_facts
@@ -101,10 +102,6 @@ _SHELL_NAMES = frozenset({".bashrc", ".bash_profile", ".profile", ".zshrc", ".ba
 _CONFIG_NAMES = frozenset({"pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "conftest.py"})
 
 
-class Unparseable(Exception):
-    """The call cannot be read statically (syntax error, too big, too deep): escalate it."""
-
-
 def lang_for_path(path: str) -> str | None:
     name = posixpath.basename(path)
     if name in _CONFIG_NAMES and not name.endswith(".py"):
@@ -139,6 +136,7 @@ class Findings:
             raise Unparseable("code nested too deeply")
         if len(text) > MAX_CODE_CHARS:
             raise Unparseable(f"code block over {MAX_CODE_CHARS} characters")
+        budget.charge(len(text), "code")
         seen = self.scanned.get((lang, text))
         if seen is not None:  # written and then run in the same call: scanned once, recorded twice
             self.blocks.append(CodeBlock(lang, text, origin, path, seen))
@@ -214,6 +212,15 @@ class Findings:
         lang = lang_for_path(full)
         if lang:
             self.add_code(lang, content, "write", full, depth, cwd)
+
+
+def _joined(outs: list[str | None]) -> str | None:
+    """The output of statements run in sequence, when all are known (bounded like any value)."""
+    known = [o for o in outs if o is not None]
+    if not outs or len(known) != len(outs):
+        return None
+    budget.value(sum(map(len, known)), "command output")
+    return "".join(known)
 
 
 def _assert_count(text: str) -> int:
@@ -335,6 +342,7 @@ class ShellWalker:
 
     # ---- entry -------------------------------------------------------------------------------
     def run(self, script: str, stdin: str | None = None) -> str | None:
+        budget.charge(len(script), "nested shell")  # each nested eval/bash -c is parsed anew
         return self.stmt(parse_tree(script), stdin, 0)
 
     def _tick(self, level: int) -> None:
@@ -387,8 +395,7 @@ class ShellWalker:
             outs = [
                 self.stmt(c, stdin if i == 0 else None, level + 1) for i, c in enumerate(node.named_children)
             ]
-            known = [o for o in outs if o is not None]
-            return "".join(known) if outs and len(known) == len(outs) else None
+            return _joined(outs)
         for child in node.named_children:
             self.stmt(child, None, level + 1)
         return None
@@ -431,9 +438,7 @@ class ShellWalker:
             self.f.facts.append(f"env:{name}={value[:MAX_ENV_FACT]}")
 
     def substitution(self, node: Node, level: int) -> str | None:
-        outs = [self.stmt(c, None, level + 1) for c in node.named_children]
-        known = [o for o in outs if o is not None]
-        return "".join(known) if outs and len(known) == len(outs) else None
+        return _joined([self.stmt(c, None, level + 1) for c in node.named_children])
 
     # ---- simple commands ---------------------------------------------------------------------
     def command(self, node: Node, redirects: list[Node], stdin: str | None, level: int) -> str | None:
@@ -546,6 +551,7 @@ class ShellWalker:
             full = absolute(target, self.cwd)
             content = out
             if op in (">>", "&>>") and out is not None:
+                budget.value(len(self.f.files.get(full, "")) + len(out), "appended file")
                 content = self.f.files.get(full, "") + out
                 if full not in self.f.files:
                     self.f.facts.append(f"append:{full}")
@@ -586,6 +592,7 @@ class ShellWalker:
                     value, dyn = self.word(child, level + 1)
                     parts.append(value)
                     dynamic = dynamic or dyn
+            budget.value(sum(map(len, parts)), "shell word")  # a=$a$a doubles: bounded here
             return "".join(parts), dynamic
         if kind == "simple_expansion":
             name = _text(node)[1:]

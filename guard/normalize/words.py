@@ -2,13 +2,16 @@
 
 Only what the shell would compute from text already in the command: ``cu\\rl`` is ``curl``,
 ``$'\\x63url'`` is ``curl``, ``${C,,}`` lowercases, ``${a:-x}`` defaults, ``${a/x/y}`` replaces.
-Unknown variables stay unresolved (the caller marks the word dynamic).
+Unknown variables stay unresolved (the caller marks the word dynamic). Every step charges the
+call's budget (``guard.normalize.budget``) for the text it builds, before it builds it.
 """
 
 from __future__ import annotations
 
 import re
 from fnmatch import fnmatchcase
+
+from guard.normalize import budget
 
 _C_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v", "e": "\x1b"}
 _C_ESCAPES.update({"E": "\x1b", "\\": "\\", "'": "'", '"': '"', "?": "?"})
@@ -65,11 +68,13 @@ def _remove(value: str, pattern: str, op: str) -> str:
     if op in ("#", "##"):
         cuts = range(n + 1) if op == "#" else range(n, -1, -1)
         for k in cuts:
+            budget.charge(k + len(pattern), "pattern removal")  # quadratic in the value: bounded
             if fnmatchcase(value[:k], pattern):
                 return value[k:]
     else:
         cuts = range(n, -1, -1) if op == "%" else range(n + 1)
         for k in cuts:
+            budget.charge(n - k + len(pattern), "pattern removal")
             if fnmatchcase(value[k:], pattern):
                 return value[:k]
     return value
@@ -107,6 +112,7 @@ def expand_parameter(text: str, lookup: dict[str, str]) -> str | None:
         return rest.split("+", 1)[1] if value else ""
     if value is None:
         return None
+    budget.charge(len(value), "parameter expansion")
     if rest in (",,", "^^", ",", "^", "~~", "~"):
         if rest == ",,":
             return value.lower()
@@ -127,6 +133,8 @@ def expand_parameter(text: str, lookup: dict[str, str]) -> str | None:
         pattern, _, replacement = body.partition("/")
         if not pattern:
             return value
+        hits = value.count(pattern) if every else min(1, value.count(pattern))
+        budget.value(len(value) + hits * max(0, len(replacement) - len(pattern)), "replacement")
         return value.replace(pattern, replacement) if every else value.replace(pattern, replacement, 1)
     sub = re.match(r"^:\s*(-?\d+)(?::\s*(-?\d+))?$", rest)
     if sub:
