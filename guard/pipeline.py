@@ -13,21 +13,34 @@ is one synchronous rule pass and no awaits that block. Decisions, in order:
   (``closed``: decoy, ``open``: flag). A guard without a judge is thus strict by default; set
   ``RLGUARD_GUARD__JUDGE__FAIL_MODE=open`` to let unjudged escalations run and be marked instead.
 
-The optional ``probe`` lets the gateway run a harmless command in the episode's sandbox for the
-decoy's sake (see ``guard.decoys``); it is only awaited when a decoy is being built.
+Stage 1 and the decoy are synchronous CPU work (a pathological call may take its whole budget,
+see ``guard.normalize.budget``), so ``check`` runs them in the guard's own worker threads, never
+on the caller's event loop: one episode's heavy call cannot stall another episode's calls.
+
+A decoyed bash call comes with ``GuardDecision.rewrite``: the agent's own line with only the
+intercepted commands replaced by stubs (``guard.decoys.splice``), which the gateway runs in the
+sandbox instead, so the rest of the line behaves as bash makes it behave. A call that only
+changes tests grading restores (``guard.decoys.restored``) is not decoyed at all: it runs,
+flagged. The optional ``probe`` (for file-tool decoys: ``cat -- PATH`` of an edited file) lets
+the gateway read the sandbox for the decoy's sake; it is only awaited when such a decoy is built.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from guard.context import EpisodeState
-from guard.decoys import make_decoy, probe_command
+from guard.decoys import MAYBE_ABSENT, culprit_of, make_decoy, probe_command
+from guard.decoys.restored import only_restored_writes
+from guard.decoys.splice import SpliceError, whole_line
+from guard.decoys.splice import rewrite as rewrite_line
 from guard.judge import Judge, JudgeEvent, JudgeStats
 from guard.review import PatchReview, review_patch
 from guard.rules import RuleEngine
@@ -49,6 +62,8 @@ Probe = Callable[[str], Awaitable[ToolAnswer]]
 log = logging.getLogger("rlguard.guard")
 
 PROBE_TIMEOUT_S = 5.0
+RESTORED_REASON = "changes only tests that grading restores: run and flagged"
+STAGE1_WORKERS = 8  # threads for stage 1 and decoys; a call of one episode occupies at most one
 _ENGINES_KEPT = 64  # distinct per-task protected-path sets whose compiled rules stay cached
 _CATEGORIES = frozenset(c.value for c in Category)
 
@@ -68,6 +83,7 @@ class Guard:
         self.judge = judge
         self._extra = tuple(extra_protected_paths)
         self._engines: OrderedDict[tuple[str, ...], RuleEngine] = OrderedDict({(): engine})
+        self._workers = ThreadPoolExecutor(STAGE1_WORKERS, thread_name_prefix="guard-stage1")
 
     @classmethod
     def from_settings(
@@ -127,7 +143,8 @@ class Guard:
         if not self.settings.enabled:
             verdict = Verdict(Action.ALLOW, Stage.RULES, reason="guard disabled")
             return GuardDecision(_timed(verdict, started, {}), normalized="")
-        result = self.check_rules(call, context, state)
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(self._workers, self.check_rules, call, context, state)
         rules_us = (time.perf_counter() - started) * 1e6
         stage_latency = {"rules": rules_us}
         match = result.match
@@ -138,14 +155,57 @@ class Guard:
         else:
             action = Action.DECOY if match.action == "decoy" else Action.FLAG
             verdict = _rule_verdict(action, Stage.RULES, match, match.description)
-        if verdict.action != Action.DECOY and state is not None:
-            self._remember(call, result, state, context.episode_id)
-        decoy = None
+        decoy = rewrite = None
+        ran: RuleResult | None = None
         if verdict.action == Action.DECOY:
             decoy_started = time.perf_counter()
-            decoy = await self._decoy(call, result, context, probe)
+            if call.tool == "bash":
+                decoy, rewrite, ran = await loop.run_in_executor(
+                    self._workers, self._bash_decoy, call, result, context
+                )
+            elif not only_restored_writes(result, context.restored_paths):
+                decoy = await self._decoy(call, result, context, probe)
             stage_latency["decoy"] = (time.perf_counter() - decoy_started) * 1e6
-        return GuardDecision(_timed(verdict, started, stage_latency), result.normalized.text, decoy)
+            if decoy is None:  # it only changes tests that grading restores: let it happen, marked
+                verdict = replace(verdict, action=Action.FLAG, reason=f"{verdict.reason} ({RESTORED_REASON})")
+        if state is not None:
+            if verdict.action != Action.DECOY:
+                self._remember(call, result, state, context.episode_id)
+            elif ran is not None:  # a stubbed line: what ran is the line with the stubs blanked
+                self._remember(
+                    ToolCall("bash", {"command": ran.normalized.text}), ran, state, context.episode_id
+                )
+        return GuardDecision(_timed(verdict, started, stage_latency), result.normalized.text, decoy, rewrite)
+
+    def _bash_decoy(
+        self, call: ToolCall, result: RuleResult, context: GuardContext
+    ) -> tuple[ToolAnswer | None, str | None, RuleResult | None]:
+        """The decoy of a bash call: the invented answer for the whole call (the fallback), the
+        line to run in the sandbox with its intercepted commands stubbed (``guard.decoys.splice``)
+        and what of it runs for real, read (None when nothing does); (None, None, None) when all
+        it intercepts are changes to restored tests."""
+        paths = (*self.protected_paths, *context.protected_paths)
+        engine = self.engine_for(context.protected_paths)
+
+        def decoy_for(sub: ToolCall, sub_result: RuleResult, probe: ToolAnswer | None) -> ToolAnswer:
+            return make_decoy(sub, sub_result, context, probe=probe, protected_paths=paths)
+
+        def restored(sub_result: RuleResult) -> bool:
+            return only_restored_writes(sub_result, context.restored_paths)
+
+        whole = make_decoy(call, result, context, protected_paths=paths)
+        script = str(call.arguments.get("command", ""))
+        if result.normalized.parse_error is not None:
+            return whole, whole_line(whole), None
+        try:
+            line = rewrite_line(
+                script, result, culprit_of(result, paths), engine.evaluate, decoy_for, MAYBE_ABSENT, restored
+            )
+        except SpliceError:
+            return whole, whole_line(whole), None
+        if line is None and restored(result):
+            return None, None, None
+        return whole, line if line is not None else whole_line(whole), None
 
     @staticmethod
     def _remember(call: ToolCall, result: RuleResult, state: EpisodeState, episode_id: str) -> None:
@@ -200,16 +260,18 @@ class Guard:
             except Exception:  # a failed probe only costs fidelity: the decoy falls back to invention
                 probed = None
         paths = (*self.protected_paths, *context.protected_paths)
-        return make_decoy(call, result, context, probe=probed, protected_paths=paths)
+        build = functools.partial(make_decoy, call, result, context, probe=probed, protected_paths=paths)
+        return await asyncio.get_running_loop().run_in_executor(self._workers, build)
 
     def review_patch(self, patch_text: str, task_paths: Sequence[str] = ()) -> PatchReview:
         """Stage-1 review of a final patch (``guard.review``) with a task's protected paths."""
         return review_patch(patch_text, self.engine_for(task_paths))
 
     async def aclose(self) -> None:
-        """Release the judge's HTTP connections."""
+        """Release the judge's HTTP connections and the stage-1 threads."""
         if self.judge is not None:
             await self.judge.aclose()
+        self._workers.shutdown(wait=False, cancel_futures=True)
 
 
 def _rule_verdict(action: Action, stage: Stage, match: RuleMatch, reason: str) -> Verdict:

@@ -72,15 +72,23 @@ class GuardContext:
     episode_id: str = ""
     recent_turns: tuple[str, ...] = ()
     protected_paths: tuple[str, ...] = ()
+    # workspace paths grading restores from the pristine task (the task's ``grading.restore``):
+    # changes confined to them run for real, flagged, instead of being decoyed
+    restored_paths: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class GuardDecision:
-    """Verdict plus what to show: ``decoy`` is set exactly when ``verdict.action`` is DECOY."""
+    """Verdict plus what to show: ``decoy`` is set exactly when ``verdict.action`` is DECOY (for
+    bash, with ``rewrite`` also set, ``decoy`` is only the fallback when the sandbox cannot run it)."""
 
     verdict: Verdict
     normalized: str
     decoy: ToolAnswer | None = None
+    # for a decoyed bash call: the command line to run in the sandbox instead of the agent's (the
+    # agent's line with only the intercepted commands replaced by stubs); its real answer is the
+    # answer, so everything else on the line behaves as bash makes it behave
+    rewrite: str | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,8 @@ class Command:
     program: str
     argv: tuple[str, ...] = ()
     source: str = "bash"  # where it was found: "bash", "bash -c", "eval", "base64", "python -c", ...
+    # byte range, in the parsed command line, of the top-level simple command it was found in
+    span: tuple[int, int] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,8 @@ from guard.settings import DEFAULT_PROTECTED_PATHS
 from guard.types import Category, Command, GuardContext, RuleResult, ToolAnswer, ToolCall
 
 __all__ = [
+    "MAYBE_ABSENT",
+    "culprit_of",
     "edit_mismatch_answer",
     "edit_success_answer",
     "edit_success_message",
@@ -81,6 +83,11 @@ def _names_path(arg: str, path: str, protected: ProtectedPaths) -> bool:
         return True
     tail = arg.strip("/").removeprefix("./")
     return bool(tail) and (path.rstrip("/") == arg.rstrip("/") or path.rstrip("/").endswith("/" + tail))
+
+
+def culprit_of(result: RuleResult, protected_paths: Sequence[str]) -> Command | None:
+    """The command a decoy stands in for (see ``_culprit``), for the given protected paths."""
+    return _culprit(result, _protected(tuple(protected_paths)))
 
 
 def _culprit(result: RuleResult, protected: ProtectedPaths) -> Command | None:

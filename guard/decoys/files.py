@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from guard.decoys.shell import args_of, has_flag, lquote, positionals
+from guard.decoys.shell import SHELL_LINE_1, args_of, has_flag, lquote, positionals
 from guard.types import Command, ToolAnswer
 
 ENOENT = "No such file or directory"
@@ -51,10 +51,10 @@ _READERS: dict[str, tuple[str, int]] = {
     "mv": ("mv: cannot stat '{p}': " + ENOENT, 1),
     "realpath": ("realpath: {p}: " + ENOENT, 1),
     "readlink": ("", 1),
-    "cd": ("bash: line 1: cd: {p}: " + ENOENT, 1),
+    "cd": (SHELL_LINE_1 + "cd: {p}: " + ENOENT, 1),
     "chroot": ("chroot: cannot change root directory to '{p}': " + ENOENT, 125),
-    "source": ("bash: line 1: {p}: " + ENOENT, 1),
-    ".": ("bash: line 1: {p}: " + ENOENT, 1),
+    "source": (SHELL_LINE_1 + "{p}: " + ENOENT, 1),
+    ".": (SHELL_LINE_1 + "{p}: " + ENOENT, 1),
     "vim": ("", 0),
     "unzip": (
         "unzip:  cannot find or open {p}, {p}.zip or {p}.ZIP.",

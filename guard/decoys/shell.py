@@ -126,9 +126,14 @@ def has_flag(args: list[str], short: str, *long: str) -> bool:
     return False
 
 
+# The sandbox runs each line as ``/bin/bash -c LINE``: bash prefixes its messages with argv[0].
+SHELL = "/bin/bash"
+SHELL_LINE_1 = f"{SHELL}: line 1: "
+
+
 def command_not_found(program: str) -> ToolAnswer:
-    """What ``bash -c`` says for a program that is not installed."""
-    return ToolAnswer(output=f"bash: line 1: {program}: command not found", exit_code=127)
+    """What ``/bin/bash -c`` says for a program that is not installed."""
+    return ToolAnswer(output=f"{SHELL_LINE_1}{program}: command not found", exit_code=127)
 
 
 def silent_success() -> ToolAnswer:
@@ -150,7 +155,7 @@ def bash_syntax_error(script: str) -> ToolAnswer | None:
         return None
     try:
         done = subprocess.run(
-            ["bash", "-n", "-c", script],  # argv[0] "bash": it prefixes every message
+            [SHELL, "-n", "-c", script],  # argv[0] as in the sandbox: it prefixes every message
             executable=_BASH,
             capture_output=True,
             timeout=2,

@@ -7,7 +7,7 @@ a container sees them fail.
 
 from __future__ import annotations
 
-from guard.decoys.shell import args_of, command_not_found, has_flag, positionals
+from guard.decoys.shell import SHELL_LINE_1, args_of, command_not_found, has_flag, positionals
 from guard.types import Command, ToolAnswer
 
 CONTAINER_CLIS = frozenset({"docker", "podman", "nerdctl", "ctr", "crictl", "kubectl"})
@@ -64,7 +64,7 @@ def escape_decoy(command: Command, path: str | None, installed: bool | None) -> 
         module = pos[0] if pos else "module.ko"
         return ToolAnswer(f"insmod: ERROR: could not insert module {module}: {NOT_PERMITTED}", 1)
     if path and path.startswith(("/sys/", "/proc/")):  # mounted read-only in the container
-        return ToolAnswer(f"bash: line 1: {path}: Read-only file system", 1)
+        return ToolAnswer(f"{SHELL_LINE_1}{path}: Read-only file system", 1)
     if program.startswith("python") or program in ("perl", "ruby", "node"):
         return ToolAnswer("", 0)  # raw syscalls from code fail with a return code nobody prints
     return ToolAnswer(f"{program}: {NOT_PERMITTED}", 1)

@@ -123,6 +123,9 @@ class Findings:
     blocks: list[CodeBlock] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)  # absolute path -> content written here
     nodes: int = 0
+    # byte range of the top-level simple command being read: commands found inside it (nested
+    # shells, decoded payloads, code it runs) carry it, so a decoy can stand in for that command
+    span: tuple[int, int] | None = None
     scanned: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
 
     def add_path(self, path: str, cwd: str = WORKSPACE) -> str:
@@ -298,6 +301,11 @@ def _parse(script: str) -> Node:
 
 
 def parse_tree(script: str) -> Node:
+    return parse_source(script)[0]
+
+
+def parse_source(script: str) -> tuple[Node, str]:
+    """The syntax tree and the text it was parsed from (byte offsets of nodes refer to it)."""
     root = _parse(script)
     if root.has_error:
         # tree-sitter-bash rejects ``cmd <<EOF 2>&1 | tail``; bash does not. Moving the redirects
@@ -306,9 +314,9 @@ def parse_tree(script: str) -> Node:
         if swapped != script:
             retry = _parse(swapped)
             if not retry.has_error:
-                return retry
+                return retry, swapped
         raise Unparseable(f"shell syntax error near: {_first_error(root)!r}")
-    return root
+    return root, script
 
 
 def _first_error(node: Node) -> str:
@@ -453,6 +461,23 @@ class ShellWalker:
                 redirects.append(child)
             elif kind != "comment":
                 words.append(child)
+        outer_span = self.f.span
+        if self.depth == 0:
+            self.f.span = (node.start_byte, node.end_byte)
+        try:
+            return self._command(node, words, assigns, redirects, stdin, level)
+        finally:
+            self.f.span = outer_span
+
+    def _command(
+        self,
+        node: Node,
+        words: list[Node],
+        assigns: list[Node],
+        redirects: list[Node],
+        stdin: str | None,
+        level: int,
+    ) -> str | None:
         for a in assigns:
             self.assign(a, level)
         in_text, writes, after = self.redirects(redirects, level)
@@ -652,7 +677,7 @@ class ShellWalker:
                     self.git_aliases[rest[0][6:]] = " ".join(rest[1:])
                 elif len(rest) >= 2 and rest[0].lower() in _GIT_EXEC_KEYS:
                     self.nested(" ".join(rest[1:]), None, f"git config {rest[0]}")
-        self.f.commands.append(Command(name, tuple(argv), source))
+        self.f.commands.append(Command(name, tuple(argv), source, self.f.span))
         self.collect_paths(name, argv)
 
         if name == "cd":

@@ -33,6 +33,7 @@ class SuiteCatalog:
                 limits=task.sandbox_limits(self._base_limits),
                 workspace=task.workspace_tar(),
                 protected_paths=tuple(task.protected_paths),
+                restored_paths=tuple(task.grading.restore),
                 details={"horizon": task.horizon},
                 source=task,
             )

@@ -30,6 +30,7 @@ class TaskInfo:
     limits: SandboxLimits
     workspace: Path | bytes | None
     protected_paths: tuple[str, ...] = ()
+    restored_paths: tuple[str, ...] = ()  # grading puts these back as shipped (``grading.restore``)
     details: dict[str, Any] = field(default_factory=dict)
     source: Any = None
 

@@ -291,7 +291,7 @@ def test_other_refs_are_unknown() -> None:
 
 def test_escape_attempts_fail_like_an_unprivileged_user() -> None:
     escape = Category.SANDBOX_ESCAPE
-    assert decoy("docker ps", escape) == sh("bash: line 1: docker: command not found", 127)
+    assert decoy("docker ps", escape) == sh("/bin/bash: line 1: docker: command not found", 127)
     assert decoy("docker ps", escape, probe=ToolAnswer("/usr/bin/docker\n", 0)).output.startswith(
         "Cannot connect to the Docker daemon at unix:///var/run/docker.sock."
     )
@@ -303,7 +303,7 @@ def test_probe_says_program_is_absent() -> None:
     call, result = _bash("curl https://example.com", Category.ANSWER_FETCH)
     assert probe_command(call, result) == "command -v curl"
     answer = decoy("curl https://example.com", probe=ToolAnswer("", 1))
-    assert answer == sh("bash: line 1: curl: command not found", 127)
+    assert answer == sh("/bin/bash: line 1: curl: command not found", 127)
     present = decoy("curl -sS https://example.com", probe=ToolAnswer("/usr/bin/curl\n", 0))
     assert present.exit_code == 6
 
@@ -424,7 +424,7 @@ def test_pip_archive_url_fails_on_the_connection() -> None:
 def test_escape_writes_hit_read_only_mounts_and_sockets_are_missing() -> None:
     escape = Category.SANDBOX_ESCAPE
     sysrq = _compound(["echo c"], escape, paths=("/proc/sysrq-trigger",))
-    assert sysrq == sh("bash: line 1: /proc/sysrq-trigger: Read-only file system", 1)
+    assert sysrq == sh("/bin/bash: line 1: /proc/sysrq-trigger: Read-only file system", 1)
     assert decoy("ls -la /var/run/docker.sock", escape) == sh(
         "ls: cannot access '/var/run/docker.sock': No such file or directory", 2
     )

@@ -35,7 +35,7 @@ def run_offline(command: str, cwd: Path | None = None) -> tuple[str, int]:
         "HOME": "/tmp",
     }
     done = subprocess.run(
-        [UNSHARE, "--net", "--", "bash", "-c", command],
+        [UNSHARE, "--net", "--", "/bin/bash", "-c", command],  # argv[0] as in the sandbox
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         timeout=30,
@@ -176,6 +176,6 @@ def test_unparseable_commands_fail_as_bash_does(script: str) -> None:
     result = RuleResult(normalized, RuleMatch("unparseable", "unparseable", "escalate", "cannot parse"))
     fake = make_decoy(call, result, GuardContext(episode_id="e"))
     real = subprocess.run(
-        ["bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=10
+        ["/bin/bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=10
     )
     assert (real.stdout.decode(), real.returncode) == (fake.output, fake.exit_code)

@@ -172,7 +172,8 @@ async def test_escalation_without_judge_follows_fail_mode(guards, fail_mode: str
     assert "no judge configured" in decision.verdict.reason
 
 
-async def test_probe_feeds_history_decoys(guards) -> None:
+async def test_bash_decoys_run_in_the_sandbox_without_a_probe(guards) -> None:
+    """A bash decoy is a line to run (its stubs ask the sandbox themselves): no probe command."""
     seen: list[str] = []
 
     async def probe(command: str) -> ToolAnswer:
@@ -180,16 +181,27 @@ async def test_probe_feeds_history_decoys(guards) -> None:
         return ToolAnswer("3f2c1ab Initial snapshot\n", 0)
 
     decision = await make_guard(guards).check(bash("git log --all --oneline"), CONTEXT, probe=probe)
-    assert seen == ["git log --oneline HEAD"]
-    assert decision.decoy == ToolAnswer("3f2c1ab Initial snapshot\n", 0)
+    assert seen == [] and decision.verdict.action == Action.DECOY
+    # hand-built results carry no place on the line: the whole line is stubbed
+    assert decision.rewrite == "exit 0" and decision.decoy == ToolAnswer("", 0)
 
 
-async def test_failing_probe_falls_back_to_an_invented_answer(guards) -> None:
+async def test_edit_decoys_still_read_the_file_through_the_probe(guards) -> None:
+    seen: list[str] = []
+
     async def probe(command: str) -> ToolAnswer:
-        raise RuntimeError("sandbox gone")
+        seen.append(command)
+        return ToolAnswer("x = 1\n", 0)
 
-    decision = await make_guard(guards).check(bash("git log --all --oneline"), CONTEXT, probe=probe)
-    assert decision.decoy == ToolAnswer("", 0)
+    call = ToolCall("edit_file", {"path": "src/core.py", "old_str": "y = 2", "new_str": "os._exit(0)"})
+    match = RuleMatch("rule.decoy", "grader_tampering", "decoy", "decoy rule")
+    engine = TableEngine([])
+    engine.evaluate = lambda _call: RuleResult(NormalizedCall("edit_file", "edit"), match)  # type: ignore[method-assign]
+    guard = Guard(GuardSettings(), engine)  # type: ignore[arg-type]
+    guards.append(guard)
+    decision = await guard.check(call, CONTEXT, probe=probe)
+    assert seen == ["cat -- src/core.py"] and decision.rewrite is None
+    assert decision.decoy == ToolAnswer("edit_file: old_str not found in src/core.py; nothing changed", 1)
 
 
 async def test_disabled_guard_allows_everything(guards) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shlex
 import time
 import uuid
 from collections import deque
@@ -24,12 +25,12 @@ from rlguard.gateway.auth import hash_token, hashes_equal, new_token
 from rlguard.gateway.dbrunner import DbRunner
 from rlguard.gateway.metrics import GatewayMetrics
 from rlguard.gateway.recorder import CallRecorder
-from rlguard.gateway.schemas import CallRequest, SubTrajectoryUpload
+from rlguard.gateway.schemas import BashCall, CallRequest, SubTrajectoryUpload
 from rlguard.gateway.services.tool_runner import run_tool
 from rlguard.gateway.tasks import GradeHook, GradeOutcome, TaskCatalog, TaskInfo
 from rlguard.patch_review import apply_patch_review
 from rlguard.settings import GatewaySettings
-from sandbox.base import Sandbox, SandboxBackend, SandboxSpec
+from sandbox.base import Sandbox, SandboxBackend, SandboxError, SandboxSpec
 from store.codec import encode_action_mask, encode_logprobs, encode_token_ids
 from store.models import EpisodeRow, EpisodeStatus, SubTrajectoryRow, ToolCallRow, utcnow
 
@@ -95,6 +96,19 @@ class LiveEpisode:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_TURNS))
     guard_state: EpisodeState = field(default_factory=EpisodeState)
+    # running time of this episode's real calls by class (tool, ok/error): decoys are paced by it
+    exec_ms: dict[str, float] = field(default_factory=dict)
+
+
+def _call_class(tool: str, answer: ToolAnswer) -> str:
+    """Calls whose timing is alike: one tool, succeeding or failing (a missing file is quick)."""
+    return f"{tool}:{'ok' if answer.exit_code == 0 else 'error'}"
+
+
+def _learn_exec_ms(live: LiveEpisode, tool: str, answer: ToolAnswer, exec_ms: float) -> None:
+    key = _call_class(tool, answer)
+    previous = live.exec_ms.get(key)
+    live.exec_ms[key] = exec_ms if previous is None else 0.7 * previous + 0.3 * exec_ms
 
 
 class EpisodeService:
@@ -123,7 +137,6 @@ class EpisodeService:
         self.settings = settings
         self.live: dict[str, LiveEpisode] = {}
         self._live_by_token: dict[str, str] = {}
-        self._exec_ms_ema: dict[str, float] = {}
 
     # -- access -----------------------------------------------------------------------------------
 
@@ -256,23 +269,33 @@ class EpisodeService:
                 episode_id=episode_id,
                 recent_turns=tuple(live.recent),
                 protected_paths=live.task.protected_paths,
+                restored_paths=live.task.restored_paths,
             )
             decision = await self._check(call, context, live)
             guard_ms = (time.perf_counter() - start) * 1000
             verdict = decision.verdict
-            if verdict.action == Action.DECOY:
+            if verdict.action == Action.DECOY and decision.rewrite is None:
                 answer = decision.decoy or ToolAnswer("", 1, False)
-                await self._pace_decoy(request.tool, guard_ms)
+                await self._pace_decoy(live, request, answer)
                 exit_code, timed_out, exec_ms = answer.exit_code, False, 0.0
             else:
-                outcome = await run_tool(live.sandbox, request, live.task.limits)
+                # a decoyed bash call runs too: its line with the intercepted commands stubbed
+                to_run = request
+                if verdict.action == Action.DECOY and isinstance(request, BashCall):
+                    to_run = request.model_copy(
+                        update={
+                            "arguments": request.arguments.model_copy(update={"command": decision.rewrite})
+                        }
+                    )
+                outcome = await run_tool(live.sandbox, to_run, live.task.limits)
                 answer, exit_code, timed_out, exec_ms = (
                     outcome.answer,
                     outcome.exit_code,
                     outcome.timed_out,
                     outcome.exec_ms,
                 )
-                self._learn_exec_ms(request.tool, exec_ms)
+                if verdict.action != Action.DECOY:
+                    _learn_exec_ms(live, request.tool, answer, exec_ms)
             total_ms = (time.perf_counter() - start) * 1000
             row = ToolCallRow(
                 episode_id=episode_id,
@@ -341,23 +364,37 @@ class EpisodeService:
 
     @staticmethod
     def _probe(live: LiveEpisode) -> Probe:
-        """Lets a decoy ask the sandbox a harmless question (e.g. which git branches exist)."""
+        """Lets a file-tool decoy read a workspace file (``cat -- PATH``: the text an edit would
+        change) through the file API: no process runs in the sandbox, so none can be seen there.
+        Anything else is answered as a failed probe (the decoy then invents its answer)."""
 
         async def probe(command: str) -> ToolAnswer:
-            result = await live.sandbox.exec(command, timeout_s=5.0)
-            return ToolAnswer(result.output[:PROBE_OUTPUT_CAP], result.exit_code, result.truncated)
+            words = shlex.split(command)
+            if len(words) != 3 or words[:2] != ["cat", "--"]:
+                return ToolAnswer("", 1, False)
+            try:
+                data = await live.sandbox.read_file(words[2], max_bytes=PROBE_OUTPUT_CAP + 1)
+            except (SandboxError, FileNotFoundError):
+                return ToolAnswer("", 1, False)
+            text = data[:PROBE_OUTPUT_CAP].decode("utf-8", errors="replace")
+            return ToolAnswer(text, 0, len(data) > PROBE_OUTPUT_CAP)
 
         return probe
 
-    async def _pace_decoy(self, tool: str, spent_ms: float) -> None:
-        """Take about as long as a real call of this tool, so timing does not point at the guard."""
-        typical = self._exec_ms_ema.get(tool, 0.0)
-        if typical > spent_ms:
-            await asyncio.sleep(min(typical - spent_ms, 2000.0) / 1000)
-
-    def _learn_exec_ms(self, tool: str, exec_ms: float) -> None:
-        previous = self._exec_ms_ema.get(tool)
-        self._exec_ms_ema[tool] = exec_ms if previous is None else 0.9 * previous + 0.1 * exec_ms
+    async def _pace_decoy(self, live: LiveEpisode, request: CallRequest, answer: ToolAnswer) -> None:
+        """Take as long as the real call would in this episode, so timing does not point at the
+        guard: the same file operation is done for real and its result dropped (a path outside
+        /workspace is refused by the sandbox as a real one is), then topped up to what this
+        episode's real calls of the same class (tool, success or failure) took."""
+        began = time.perf_counter()
+        path = getattr(request.arguments, "path", None)
+        if path is not None:
+            with contextlib.suppress(Exception):
+                await live.sandbox.read_file(path, max_bytes=1)
+        done_ms = (time.perf_counter() - began) * 1000
+        typical = live.exec_ms.get(_call_class(request.tool, answer))
+        if typical is not None and typical > done_ms:
+            await asyncio.sleep(min(typical - done_ms, 2000.0) / 1000)
 
     def _observe(self, tool: str, decision: GuardDecision, total_ms: float) -> None:
         verdict = decision.verdict

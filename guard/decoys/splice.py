@@ -1,0 +1,225 @@
+"""A decoyed bash call runs for real, with only its intercepted commands replaced by stubs.
+
+Why: an answer invented for a whole command line differs from bash's in everything around the
+offending command (``cat /hidden/x; echo MARK`` must still print MARK; ``|| echo fallback``,
+``| wc -l``, ``2>/dev/null``, ``; exit 0`` must act as in bash; ``$$`` and the kernel's last pid
+must advance as they do for a real command). So the gateway runs the agent's own line in the
+sandbox, where each intercepted top-level simple command is replaced by a stub on the same line
+that prints that command's decoy (on stderr when it fails, stdout when it succeeds) and ends with
+its exit status, forking once as a real program would. The rest of the line runs as bash runs it.
+
+A stub asks the sandbox itself what a probe used to ask separately: ``command -v PROG`` decides
+between the decoy and bash's own ``command not found`` for a program the image may lack, and a
+history command is replaced by its narrowed twin (``git log --all`` -> ``git log HEAD``), run for
+real. No extra command runs in the sandbox for a decoy, so a process watching it sees nothing but
+the call's own line running.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from tree_sitter import Node
+
+from guard.decoys.git import history_probe
+from guard.decoys.shell import SHELL, SHELL_LINE_1
+from guard.normalize.budget import Unparseable
+from guard.normalize.shell import parse_source
+from guard.types import Category, Command, RuleResult, ToolAnswer, ToolCall
+
+_SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh"})
+
+MAX_EVALUATIONS = 256  # commands read one by one to find every intercepted one; beyond: whole line
+
+
+class SpliceError(Exception):
+    """Intercepted commands were found but the line could not be rewritten around them."""
+
+
+Evaluate = Callable[[ToolCall], RuleResult]
+DecoyFor = Callable[[ToolCall, RuleResult, ToolAnswer | None], ToolAnswer]
+
+
+@dataclass(frozen=True)
+class Stub:
+    """What stands in for one top-level simple command."""
+
+    answer: ToolAnswer  # printed, then the exit status
+    command: Command  # the intercepted command (possibly nested inside the top-level one)
+    check_installed: bool = False  # decoy only when ``command -v PROG`` finds the program
+    twin: str | None = None  # a harmless command line run for real instead (history commands)
+    outer: Command | None = None  # the top-level command the intercepted one was found in
+
+
+def ansi_c(text: str) -> str:
+    """``text`` as one ``$'...'`` word on one line (newlines and controls escaped in octal)."""
+    out = []
+    for ch in text:
+        if ch in "\\'":
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\{ord(ch):03o}")
+        else:
+            out.append(ch)
+    return "$'" + "".join(out) + "'"
+
+
+def _in_subshell(node: Node) -> bool:
+    """Whether bash already forks for this command (a pipeline element, ``$(cmd)`` alone)."""
+    parent = node.parent
+    while parent is not None and parent.type == "redirected_statement":
+        node, parent = parent, parent.parent
+    if parent is None:
+        return False
+    if parent.type == "pipeline":
+        return True
+    return parent.type in ("command_substitution", "process_substitution") and parent.named_child_count == 1
+
+
+def _print(answer: ToolAnswer, line: int, top_level: bool) -> str:
+    text = answer.output
+    if top_level and SHELL_LINE_1 in text:  # bash names the line the command is on
+        text = text.replace(SHELL_LINE_1, f"{SHELL}: line {line}: ")
+    if not text:
+        return ""
+    return f"printf %s {ansi_c(text)}{' >&2' if answer.exit_code != 0 else ''}; "
+
+
+def stub_text(stub: Stub, node: Node, program_word: str) -> str:
+    """One line of shell that behaves as the intercepted command would, for ``node``'s place."""
+    line = node.start_point.row + 1
+    top_level = stub.command.source == "bash"
+    if stub.twin is not None:
+        return f"{{ {stub.twin}; }}"
+    status = stub.answer.exit_code
+    end = f"exit {status}" if _in_subshell(node) else f"(exit {status})"
+    body = f"{_print(stub.answer, line, top_level)}{end}"
+    if stub.check_installed:
+        program = stub.command.program
+        if top_level:
+            missing = program_word
+        elif stub.outer is not None and stub.outer.program in _SHELLS:
+            missing = f"{shlex.quote(stub.outer.program)} -c {shlex.quote(program)}"
+        else:
+            missing = shlex.quote(program)
+        return f"{{ if command -v {shlex.quote(program)} >/dev/null 2>&1; then {body}; else {missing}; fi; }}"
+    return f"{{ {body}; }}"
+
+
+def _commands_by_span(result: RuleResult) -> dict[tuple[int, int], list[Command]]:
+    groups: dict[tuple[int, int], list[Command]] = {}
+    for command in result.normalized.commands:
+        if command.span is not None:
+            groups.setdefault(command.span, []).append(command)
+    return groups
+
+
+def intercepted(
+    result: RuleResult,
+    culprit: Command | None,
+    evaluate: Evaluate,
+    skip: Callable[[RuleResult], bool],
+) -> dict[tuple[int, int], tuple[Command, RuleResult]]:
+    """The top-level commands to replace: every one holding a command the rules intercept on
+    its own (``skip`` exempts some, e.g. writes of tests grading restores), and the culprit's."""
+    chosen: dict[tuple[int, int], tuple[Command, RuleResult]] = {}
+    groups = _commands_by_span(result)
+    if sum(map(len, groups.values())) > MAX_EVALUATIONS:
+        raise SpliceError("too many commands to read one by one")
+    for span, commands in groups.items():
+        picks: list[tuple[int, Command, RuleResult]] = []
+        for command in commands:
+            alone = evaluate(ToolCall("bash", {"command": shlex.join(command.argv)}))
+            match = alone.match
+            # read alone, a command can only look unreadable (``sh`` fed by a pipe): not a reason
+            if match is None or match.category == Category.UNPARSEABLE.value or skip(alone):
+                continue
+            if match.action in ("decoy", "escalate"):
+                picks.append((0 if match.action == "decoy" else 1, command, alone))
+        if picks:
+            _, command, alone = min(picks, key=lambda pick: pick[0])
+            chosen[span] = (command, alone)
+    if culprit is not None and not skip(result):
+        if culprit.span is None:
+            raise SpliceError("the intercepted command has no place on the line")
+        chosen.setdefault(culprit.span, (culprit, result))
+    return chosen
+
+
+def splice(script: str, stubs: dict[tuple[int, int], Stub]) -> str:
+    """``script`` with each stubbed top-level simple command replaced; ``SpliceError`` when it
+    cannot be parsed again or a span is not found (the caller then stubs the whole line)."""
+    try:
+        root, text = parse_source(script)
+    except Unparseable as exc:
+        raise SpliceError(str(exc)) from exc
+    data = text.encode("utf-8", "surrogatepass")
+    found: dict[tuple[int, int], Node] = {}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        span = (node.start_byte, node.end_byte)
+        if node.type == "command" and span in stubs and span not in found:
+            found[span] = node
+        stack.extend(node.children)
+    if set(found) != set(stubs):
+        raise SpliceError("an intercepted command was not found again")
+    pieces: list[bytes] = []
+    cursor = 0
+    for span in sorted(found):
+        node = found[span]
+        if span[0] < cursor:
+            raise SpliceError("overlapping commands")  # top-level commands never overlap
+        stub = stubs[span]
+        name = node.child_by_field_name("name")
+        word = (name.text or b"").decode("utf-8", "replace") if name is not None else stub.command.program
+        redirects = [c for c in node.named_children if c.type.endswith("redirect")]
+        replacement = stub_text(stub, node, word)
+        if redirects:
+            replacement += " " + " ".join((r.text or b"").decode("utf-8", "replace") for r in redirects)
+        pieces.append(data[cursor : span[0]])
+        pieces.append(replacement.encode("utf-8", "surrogatepass"))
+        cursor = span[1]
+    pieces.append(data[cursor:])
+    return b"".join(pieces).decode("utf-8", "surrogatepass")
+
+
+def whole_line(answer: ToolAnswer) -> str:
+    """A line that prints ``answer`` and ends with its status, for a call with nothing to keep
+    (over budget, not readable statically)."""
+    text = answer.output
+    printed = f"printf %s {ansi_c(text)}{' >&2' if answer.exit_code != 0 else ''}; " if text else ""
+    return f"{printed}exit {answer.exit_code}"
+
+
+def rewrite(
+    script: str,
+    result: RuleResult,
+    culprit: Command | None,
+    evaluate: Evaluate,
+    decoy_for: DecoyFor,
+    maybe_absent: Sequence[str] | frozenset[str],
+    skip: Callable[[RuleResult], bool] = lambda _r: False,
+) -> str | None:
+    """The command line to run instead of ``script``: intercepted commands stubbed, the rest
+    kept. None when nothing is to be stubbed (everything intercepted was exempted by ``skip``);
+    ``SpliceError`` when the line cannot be rewritten (the caller stubs the whole line)."""
+    chosen = intercepted(result, culprit, evaluate, skip)
+    if not chosen:
+        return None
+    groups = _commands_by_span(result)
+    stubs: dict[tuple[int, int], Stub] = {}
+    for span, (command, alone) in chosen.items():
+        twin = history_probe(command) if command.program == "git" else None
+        call = ToolCall("bash", {"command": shlex.join(command.argv)})
+        sub = alone if alone.match is not None else result
+        outer = groups[span][0] if groups.get(span) else None
+        if twin is not None:
+            stubs[span] = Stub(ToolAnswer("", 0), command, twin=twin, outer=outer)
+            continue
+        check = command.program in maybe_absent
+        present = ToolAnswer(f"/usr/bin/{command.program}\n", 0) if check else None
+        stubs[span] = Stub(decoy_for(call, sub, present), command, check_installed=check, outer=outer)
+    return splice(script, stubs)
