@@ -51,6 +51,8 @@ class Stub:
     check_installed: bool = False  # decoy only when ``command -v PROG`` finds the program
     twin: str | None = None  # a harmless command line run for real instead (history commands)
     outer: Command | None = None  # the top-level command the intercepted one was found in
+    # the same place reached with other arguments (a loop over several paths): arguments -> answer
+    variants: tuple[tuple[str, ToolAnswer], ...] = ()
 
 
 def ansi_c(text: str) -> str:
@@ -87,15 +89,35 @@ def _print(answer: ToolAnswer, line: int, top_level: bool) -> str:
     return f"printf %s {ansi_c(text)}{' >&2' if answer.exit_code != 0 else ''}; "
 
 
+def _words_text(node: Node) -> str:
+    """The command's words as written (no assignments, no redirects), for ``set --``."""
+    words = [
+        c for c in node.named_children if c.type != "variable_assignment" and not c.type.endswith("redirect")
+    ]
+    return " ".join((w.text or b"").decode("utf-8", "replace") for w in words)
+
+
 def stub_text(stub: Stub, node: Node, program_word: str) -> str:
-    """One line of shell that behaves as the intercepted command would, for ``node``'s place."""
+    """One line of shell that behaves as the intercepted command would, for ``node``'s place.
+
+    With variants (the place runs with several argument lists, as in a loop) the stub expands the
+    command's own words in a subshell (``set --``: one fork, as the real program's) and answers
+    for the arguments it finds; unknown ones get the first answer."""
     line = node.start_point.row + 1
     top_level = stub.command.source == "bash"
     if stub.twin is not None:
         return f"{{ {stub.twin}; }}"
-    status = stub.answer.exit_code
-    end = f"exit {status}" if _in_subshell(node) else f"(exit {status})"
-    body = f"{_print(stub.answer, line, top_level)}{end}"
+    if stub.variants:
+        arms = [
+            f"{shlex.quote(key)}) {_print(answer, line, top_level)}exit {answer.exit_code};;"
+            for key, answer in (*stub.variants, ("*", stub.answer))
+        ]
+        arms[-1] = arms[-1].replace("'*')", "*)", 1)
+        body = f'( set -- {_words_text(node)}; case "${{*:2}}" in {" ".join(arms)} esac )'
+    else:
+        status = stub.answer.exit_code
+        end = f"exit {status}" if _in_subshell(node) else f"(exit {status})"
+        body = f"{_print(stub.answer, line, top_level)}{end}"
     if stub.check_installed:
         program = stub.command.program
         if top_level:
@@ -121,10 +143,11 @@ def intercepted(
     culprit: Command | None,
     evaluate: Evaluate,
     skip: Callable[[RuleResult], bool],
-) -> dict[tuple[int, int], tuple[Command, RuleResult]]:
+) -> dict[tuple[int, int], list[tuple[Command, RuleResult]]]:
     """The top-level commands to replace: every one holding a command the rules intercept on
-    its own (``skip`` exempts some, e.g. writes of tests grading restores), and the culprit's."""
-    chosen: dict[tuple[int, int], tuple[Command, RuleResult]] = {}
+    its own (``skip`` exempts some, e.g. writes of tests grading restores), and the culprit's;
+    for each, the intercepted commands found there, decoy rules' hits first."""
+    chosen: dict[tuple[int, int], list[tuple[Command, RuleResult]]] = {}
     groups = _commands_by_span(result)
     if sum(map(len, groups.values())) > MAX_EVALUATIONS:
         raise SpliceError("too many commands to read one by one")
@@ -139,12 +162,12 @@ def intercepted(
             if match.action in ("decoy", "escalate"):
                 picks.append((0 if match.action == "decoy" else 1, command, alone))
         if picks:
-            _, command, alone = min(picks, key=lambda pick: pick[0])
-            chosen[span] = (command, alone)
+            picks.sort(key=lambda pick: pick[0])
+            chosen[span] = [(command, alone) for _, command, alone in picks]
     if culprit is not None and not skip(result):
         if culprit.span is None:
             raise SpliceError("the intercepted command has no place on the line")
-        chosen.setdefault(culprit.span, (culprit, result))
+        chosen.setdefault(culprit.span, [(culprit, result)])
     return chosen
 
 
@@ -194,6 +217,14 @@ def whole_line(answer: ToolAnswer) -> str:
     return f"{printed}exit {answer.exit_code}"
 
 
+def _answer(
+    command: Command, alone: RuleResult, whole: RuleResult, decoy_for: DecoyFor, probe: ToolAnswer | None
+) -> ToolAnswer:
+    """The decoy of one intercepted command: from its own rule hit, else the whole call's."""
+    call = ToolCall("bash", {"command": shlex.join(command.argv)})
+    return decoy_for(call, alone if alone.match is not None else whole, probe)
+
+
 def rewrite(
     script: str,
     result: RuleResult,
@@ -211,15 +242,28 @@ def rewrite(
         return None
     groups = _commands_by_span(result)
     stubs: dict[tuple[int, int], Stub] = {}
-    for span, (command, alone) in chosen.items():
+    for span, picks in chosen.items():
+        command, alone = picks[0]
         twin = history_probe(command) if command.program == "git" else None
-        call = ToolCall("bash", {"command": shlex.join(command.argv)})
-        sub = alone if alone.match is not None else result
         outer = groups[span][0] if groups.get(span) else None
         if twin is not None:
             stubs[span] = Stub(ToolAnswer("", 0), command, twin=twin, outer=outer)
             continue
         check = command.program in maybe_absent
         present = ToolAnswer(f"/usr/bin/{command.program}\n", 0) if check else None
-        stubs[span] = Stub(decoy_for(call, sub, present), command, check_installed=check, outer=outer)
+
+        first = _answer(command, alone, result, decoy_for, present)
+        variants: dict[str, ToolAnswer] = {}
+        if command.source == "bash":  # the place's own words are the command's: answer per value
+            for other, other_result in picks:
+                key = " ".join(other.argv[1:])
+                if other.program == command.program and other.source == "bash" and key not in variants:
+                    variants[key] = _answer(other, other_result, result, decoy_for, present)
+        stubs[span] = Stub(
+            first,
+            command,
+            check_installed=check,
+            outer=outer,
+            variants=tuple(variants.items()) if len(variants) > 1 else (),
+        )
     return splice(script, stubs)
