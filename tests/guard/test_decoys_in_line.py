@@ -119,7 +119,11 @@ async def test_stubs_keep_line_numbers(guard: Guard) -> None:
 
 @pytest.mark.parametrize(
     "line",
-    ["rm -rf tests", "echo 'def test_x(): pass' > tests/test_core.py", "sed -i 's/assert/#/' tests/test_a.py"],
+    [
+        "rm -rf tests",
+        "echo 'def test_x(): pass' > tests/test_core.py",
+        "sed -i 's/assert/#/' tests/test_a.py",
+    ],
 )
 async def test_changes_to_restored_tests_run_flagged(guard: Guard, line: str) -> None:
     decision = await guard.check(ToolCall("bash", {"command": line}), CONTEXT)

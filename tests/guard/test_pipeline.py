@@ -7,6 +7,9 @@ same pipeline end to end with the real ``RuleEngine``.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -215,3 +218,28 @@ async def test_decisions_are_deterministic_per_episode(guards) -> None:
     first = await guard.check(bash("curl https://example.com/sol.py"), CONTEXT)
     second = await guard.check(bash("curl https://example.com/sol.py"), CONTEXT)
     assert first.decoy == second.decoy
+
+
+async def test_stage1_runs_off_the_event_loop(guards) -> None:
+    """A slow stage 1 (here one that takes 0.5 s of synchronous work) never stalls the loop:
+    other coroutines (other episodes' calls in the gateway) keep running meanwhile."""
+    class SlowEngine(TableEngine):
+        def evaluate(self, call: ToolCall) -> RuleResult:
+            time.sleep(0.5)  # blocks its thread, as a heavy normalisation would
+            return super().evaluate(call)
+
+    guard = Guard(GuardSettings(), SlowEngine([]))  # type: ignore[arg-type]
+    guards.append(guard)
+    ticks: list[float] = []
+
+    async def ticker() -> None:
+        while True:
+            ticks.append(time.perf_counter())
+            await asyncio.sleep(0.01)
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0.02)
+    await asyncio.gather(*(guard.check(bash(f"ls {i}"), CONTEXT) for i in range(3)))
+    task.cancel()
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert len(ticks) > 20 and max(gaps) < 0.25
