@@ -80,6 +80,18 @@ def _in_subshell(node: Node) -> bool:
     return parent.type in ("command_substitution", "process_substitution") and parent.named_child_count == 1
 
 
+def _last_statement(node: Node) -> bool:
+    """Whether the command is the line's last statement: bash then execs the program in its own
+    process without forking, so the stub exits the shell itself instead of forking."""
+    while node.parent is not None and node.parent.type == "redirected_statement":
+        node = node.parent
+    parent = node.parent
+    if parent is None or parent.type != "program":
+        return False
+    statements = [c for c in parent.named_children if c.type != "comment"]
+    return bool(statements) and statements[-1].id == node.id
+
+
 def _print(answer: ToolAnswer, line: int, top_level: bool) -> str:
     text = answer.output
     if top_level and SHELL_LINE_1 in text:  # bash names the line the command is on
@@ -116,7 +128,7 @@ def stub_text(stub: Stub, node: Node, program_word: str) -> str:
         body = f'( set -- {_words_text(node)}; case "${{*:2}}" in {" ".join(arms)} esac )'
     else:
         status = stub.answer.exit_code
-        end = f"exit {status}" if _in_subshell(node) else f"(exit {status})"
+        end = f"exit {status}" if _in_subshell(node) or _last_statement(node) else f"(exit {status})"
         body = f"{_print(stub.answer, line, top_level)}{end}"
     if stub.check_installed:
         program = stub.command.program
