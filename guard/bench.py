@@ -12,6 +12,11 @@ gateway). The process is pinned to one CPU where the OS allows it. The 1-minute 
 reported next to the numbers: on a shared machine other processes steal the core and inflate every
 wall-clock figure, so the per-call CPU time (``cpu_p50_us``, ``cpu_p99_us``, ``calls_per_cpu_s``)
 is reported beside the wall-clock one.
+
+It also measures the pathological call of red-team round 2 (``a=x; a=$a$a; ...`` doubled 27 and
+34 times; before the normalisation budgets it took 387 ms and then an out-of-memory kill): its
+stage-1 time and peak memory (cache cleared), which the budgets keep at a few milliseconds and
+kilobytes.
 """
 
 from __future__ import annotations
@@ -19,12 +24,14 @@ from __future__ import annotations
 import os
 import statistics
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
 from guard.errors import GuardError
 from guard.eval import load_corpus
 from guard.rules import RuleEngine
+from guard.types import ToolCall
 
 DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "tests" / "guard" / "corpus.jsonl"
 
@@ -101,4 +108,23 @@ def run_guard_bench(corpus: Path | None = None, rounds: int = 5) -> dict[str, An
         "cold_calls_per_cpu_s": round(len(cold_cpu) / (sum(cold_cpu) / 1e6), 1) if sum(cold_cpu) else None,
         "pinned_cpu": cpu,
         "load_avg_1m": round(os.getloadavg()[0], 2),
+        **_doubling_bomb(engine),
     }
+
+
+def _doubling_bomb(engine: RuleEngine) -> dict[str, Any]:
+    """Stage-1 wall time and peak traced memory of the doubling bomb at 27 and 34 doublings."""
+    out: dict[str, Any] = {}
+    for n in (27, 34):
+        call = ToolCall("bash", {"command": "a=x; " + "a=$a$a; " * n + "echo $a"})
+        engine.normalize_cache.clear()
+        tracemalloc.start()
+        started = time.perf_counter()
+        result = engine.evaluate(call)
+        elapsed = time.perf_counter() - started
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        out[f"bomb_{n}_ms"] = round(elapsed * 1000, 2)
+        out[f"bomb_{n}_peak_kib"] = round(peak / 1024)
+        out[f"bomb_{n}_rule"] = result.match.rule_id if result.match else None
+    return out
