@@ -156,7 +156,7 @@ class Guard:
             action = Action.DECOY if match.action == "decoy" else Action.FLAG
             verdict = _rule_verdict(action, Stage.RULES, match, match.description)
         decoy = rewrite = None
-        ran: RuleResult | None = None
+        ran: tuple[str, RuleResult] | None = None
         if verdict.action == Action.DECOY:
             decoy_started = time.perf_counter()
             if call.tool == "bash":
@@ -171,15 +171,13 @@ class Guard:
         if state is not None:
             if verdict.action != Action.DECOY:
                 self._remember(call, result, state, context.episode_id)
-            elif ran is not None:  # a stubbed line: what ran is the line with the stubs blanked
-                self._remember(
-                    ToolCall("bash", {"command": ran.normalized.text}), ran, state, context.episode_id
-                )
+            elif ran is not None:  # a stubbed line: what ran for real is the line with the stubs blanked
+                self._remember(ToolCall("bash", {"command": ran[0]}), ran[1], state, context.episode_id)
         return GuardDecision(_timed(verdict, started, stage_latency), result.normalized.text, decoy, rewrite)
 
     def _bash_decoy(
         self, call: ToolCall, result: RuleResult, context: GuardContext
-    ) -> tuple[ToolAnswer | None, str | None, RuleResult | None]:
+    ) -> tuple[ToolAnswer | None, str | None, tuple[str, RuleResult] | None]:
         """The decoy of a bash call: the invented answer for the whole call (the fallback), the
         line to run in the sandbox with its intercepted commands stubbed (``guard.decoys.splice``)
         and what of it runs for real, read (None when nothing does); (None, None, None) when all
@@ -198,14 +196,21 @@ class Guard:
         if result.normalized.parse_error is not None:
             return whole, whole_line(whole), None
         try:
-            line = rewrite_line(
+            rewritten = rewrite_line(
                 script, result, culprit_of(result, paths), engine.evaluate, decoy_for, MAYBE_ABSENT, restored
             )
         except SpliceError:
             return whole, whole_line(whole), None
-        if line is None and restored(result):
+        if rewritten is None and restored(result):
             return None, None, None
-        return whole, line if line is not None else whole_line(whole), None
+        line, skeleton = rewritten if rewritten is not None else (None, "")
+        left = engine.evaluate(ToolCall("bash", {"command": skeleton})) if line is not None else None
+        if line is None or left is None or _still_intercepted(left, restored):
+            # what the rules object to is not in the stubbed commands alone (protected data
+            # flowing through a redirect or a variable into commands that look harmless): nothing
+            # of the line runs
+            return whole, whole_line(whole), None
+        return whole, line, (skeleton, left)
 
     @staticmethod
     def _remember(call: ToolCall, result: RuleResult, state: EpisodeState, episode_id: str) -> None:
@@ -272,6 +277,12 @@ class Guard:
         if self.judge is not None:
             await self.judge.aclose()
         self._workers.shutdown(wait=False, cancel_futures=True)
+
+
+def _still_intercepted(result: RuleResult, exempt: Callable[[RuleResult], bool]) -> bool:
+    """Whether the rewritten line would itself be intercepted (then it is not safe to run)."""
+    match = result.match
+    return match is not None and match.action in ("decoy", "escalate") and not exempt(result)
 
 
 def _rule_verdict(action: Action, stage: Stage, match: RuleMatch, reason: str) -> Verdict:

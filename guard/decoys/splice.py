@@ -183,9 +183,10 @@ def intercepted(
     return chosen
 
 
-def splice(script: str, stubs: dict[tuple[int, int], Stub]) -> str:
+def splice(script: str, stubs: dict[tuple[int, int], Stub], blank: bool = False) -> str:
     """``script`` with each stubbed top-level simple command replaced; ``SpliceError`` when it
-    cannot be parsed again or a span is not found (the caller then stubs the whole line)."""
+    cannot be parsed again or a span is not found (the caller then stubs the whole line).
+    ``blank`` puts ``:`` in the stubs' places: what is left is all that runs for real."""
     try:
         root, text = parse_source(script)
     except Unparseable as exc:
@@ -211,7 +212,7 @@ def splice(script: str, stubs: dict[tuple[int, int], Stub]) -> str:
         name = node.child_by_field_name("name")
         word = (name.text or b"").decode("utf-8", "replace") if name is not None else stub.command.program
         redirects = [c for c in node.named_children if c.type.endswith("redirect")]
-        replacement = stub_text(stub, node, word)
+        replacement = ":" if blank else stub_text(stub, node, word)
         if redirects:
             replacement += " " + " ".join((r.text or b"").decode("utf-8", "replace") for r in redirects)
         pieces.append(data[cursor : span[0]])
@@ -245,9 +246,10 @@ def rewrite(
     decoy_for: DecoyFor,
     maybe_absent: Sequence[str] | frozenset[str],
     skip: Callable[[RuleResult], bool] = lambda _r: False,
-) -> str | None:
-    """The command line to run instead of ``script``: intercepted commands stubbed, the rest
-    kept. None when nothing is to be stubbed (everything intercepted was exempted by ``skip``);
+) -> tuple[str, str] | None:
+    """The command line to run instead of ``script`` (intercepted commands stubbed, the rest
+    kept) and its skeleton (the stubs blanked: what runs for real, for the caller to check).
+    None when nothing is to be stubbed (everything intercepted was exempted by ``skip``);
     ``SpliceError`` when the line cannot be rewritten (the caller stubs the whole line)."""
     chosen = intercepted(result, culprit, evaluate, skip)
     if not chosen:
@@ -278,4 +280,4 @@ def rewrite(
             outer=outer,
             variants=tuple(variants.items()) if len(variants) > 1 else (),
         )
-    return splice(script, stubs)
+    return splice(script, stubs), splice(script, stubs, blank=True)

@@ -18,6 +18,8 @@ import posixpath
 import re
 from dataclasses import dataclass, field
 
+from guard.normalize import budget as call_budget
+
 _SHELL_CALLS = frozenset(
     {
         "os.system",
@@ -304,6 +306,8 @@ class _Visitor:
             if budget < 0:  # the rest is unread: say so, the rules escalate it
                 self.out.facts.append("python_truncated")
                 return
+            if not budget & 255:
+                call_budget.charge(256, "python")  # the call's time budget covers the walk too
             node = stack.pop()
             kind = type(node)
             handler = handlers.get(kind)

@@ -399,6 +399,10 @@ class ShellWalker:
             return None
         if kind in ("command_substitution", "process_substitution"):
             return self.substitution(node, level)
+        if kind == "file_redirect":  # ``$(< file)``: bash reads the file, no command runs
+            in_text, writes, _ = self.redirects([node], level)
+            self.finish_writes(writes, "")
+            return in_text
         if kind in ("program", "list", "subshell", "compound_statement"):
             outs = [
                 self.stmt(c, stdin if i == 0 else None, level + 1) for i, c in enumerate(node.named_children)

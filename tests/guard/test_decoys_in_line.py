@@ -152,3 +152,22 @@ async def test_chmod_of_tests_stays_decoyed(guard: Guard) -> None:
     """Mode changes are not undone by restoring file contents: no free pass for them."""
     decision = await guard.check(ToolCall("bash", {"command": "chmod 000 tests/test_core.py"}), CONTEXT)
     assert decision.verdict.action == Action.DECOY
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'mapfile -t a < .git/packed-refs; echo "${a[@]}" > out.txt; cat out.txt',
+        "cat < /hidden/x > copy.txt; wc -c copy.txt",
+        'while read l; do echo "$l" >> o; done < /reference/solution.py; cat o',
+        'x=$(< /hidden/t.py); echo "$x" > mine.py',
+    ],
+)
+async def test_protected_data_flowing_past_the_stubs_runs_nothing(guard: Guard, line: str) -> None:
+    """When what the rules object to is not in the stubbed commands alone (data read through a
+    redirect into harmless-looking commands), the stubbed line would still leak: nothing of the
+    line runs then, only the decoy is printed."""
+    stubbed = await rewritten(guard, line)
+    assert stubbed.startswith(("printf %s ", "exit ")) and "\n" not in stubbed
+    for fragment in ("mapfile", "while read", "wc -c", "mine.py"):
+        assert fragment not in stubbed
