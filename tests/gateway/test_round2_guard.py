@@ -64,7 +64,7 @@ def test_doubling_bomb_is_escalated_and_other_episodes_stay_fast(gateway: Gatewa
     # the other episode was served all along, about as fast as before (a safety bound, not a
     # benchmark: ``rlguard bench guard`` reports the numbers)
     assert during, "the attack finished before a single other call was made"
-    assert max(during) < max(2.0, 10 * statistics.median(baseline)), (baseline, during)
+    assert max(during) < max(5.0, 20 * statistics.median(baseline)), (baseline, during)
     with gateway.admin() as admin:
         assert admin.get("/healthz").status_code == 200
 
@@ -130,16 +130,22 @@ def test_test_writes_and_removals_happen_and_are_flagged(episode: Episode) -> No
 
 
 def test_decoy_timing_follows_this_episode_not_the_gateway(gateway: Gateway) -> None:
-    """A slow command in one episode does not make its or another episode's decoys slow."""
+    """After a slow command (in this episode or another) a decoy takes what its real twin takes:
+    a bash decoy runs its stubbed line in the sandbox, nothing paces it by a shared average."""
     slow, quick = gateway.new_episode(), gateway.new_episode()
     _bash(slow, "sleep 2.5")
     for episode in (slow, quick):
-        started = time.perf_counter()
-        _bash(episode, f"cat {FAKE}")
-        assert time.perf_counter() - started < 1.5
+        real, fake = [], []
+        for _ in range(5):
+            real.append(_duration(episode, f"cat {REAL}"))
+            fake.append(_duration(episode, f"cat {FAKE}"))
+        assert abs(statistics.median(fake) - statistics.median(real)) < 0.2, (real, fake)
+
+
+def _duration(episode: Episode, command: str) -> float:
     started = time.perf_counter()
-    assert episode.call("read_file", path="/reference/solution.py").status_code == 200
-    assert time.perf_counter() - started < 1.5
+    _bash(episode, command)
+    return time.perf_counter() - started
 
 
 def test_curl_decoy_runs_in_the_line(episode: Episode) -> None:
