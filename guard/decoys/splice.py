@@ -206,20 +206,47 @@ def splice(script: str, stubs: dict[tuple[int, int], Stub], blank: bool = False)
     cursor = 0
     for span in sorted(found):
         node = found[span]
-        if span[0] < cursor:
-            raise SpliceError("overlapping commands")  # top-level commands never overlap
         stub = stubs[span]
         name = node.child_by_field_name("name")
         word = (name.text or b"").decode("utf-8", "replace") if name is not None else stub.command.program
+        start, end = span
         redirects = [c for c in node.named_children if c.type.endswith("redirect")]
+        parent = node.parent
+        if parent is not None and parent.type == "redirected_statement" and _has_trailing_words(parent):
+            # ``cat a 2>/dev/null b``: ``b`` hangs on the redirect; it is the command's, so the
+            # whole statement is replaced and each redirect kept up to its first destination
+            start, end = parent.start_byte, parent.end_byte
+            redirects = [c for c in parent.named_children if c.type.endswith("redirect")]
         replacement = ":" if blank else stub_text(stub, node, word)
         if redirects:
-            replacement += " " + " ".join((r.text or b"").decode("utf-8", "replace") for r in redirects)
-        pieces.append(data[cursor : span[0]])
+            replacement += " " + " ".join(_redirect_text(r, data) for r in redirects)
+        if start < cursor:
+            raise SpliceError("overlapping commands")
+        pieces.append(data[cursor:start])
         pieces.append(replacement.encode("utf-8", "surrogatepass"))
-        cursor = span[1]
+        cursor = end
     pieces.append(data[cursor:])
-    return b"".join(pieces).decode("utf-8", "surrogatepass")
+    spliced = b"".join(pieces).decode("utf-8", "surrogatepass")
+    try:  # odd spellings (``cmd 2>f arg``: tree-sitter hangs ``arg`` on the redirect) may not
+        parse_source(spliced)  # survive the replacement: never hand bash a broken line
+    except Unparseable as exc:
+        raise SpliceError(f"the stubbed line does not parse: {exc}") from exc
+    return spliced
+
+
+def _has_trailing_words(statement: Node) -> bool:
+    return any(
+        len(r.children_by_field_name("destination")) > 1
+        for r in statement.named_children
+        if r.type == "file_redirect"
+    )
+
+
+def _redirect_text(redirect: Node, data: bytes) -> str:
+    """A redirect as written, without words tree-sitter hung on it after its destination."""
+    destinations = redirect.children_by_field_name("destination") if redirect.type == "file_redirect" else []
+    end = destinations[0].end_byte if destinations else redirect.end_byte
+    return data[redirect.start_byte : end].decode("utf-8", "surrogatepass")
 
 
 def whole_line(answer: ToolAnswer) -> str:

@@ -465,6 +465,9 @@ class ShellWalker:
                 redirects.append(child)
             elif kind != "comment":
                 words.append(child)
+        for r in redirects:  # ``cat a 2>/dev/null b``: tree-sitter hangs ``b`` on the redirect
+            if r.type == "file_redirect":
+                words.extend(r.children_by_field_name("destination")[1:])
         outer_span = self.f.span
         if self.depth == 0:
             self.f.span = (node.start_byte, node.end_byte)

@@ -15,6 +15,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from guard.pipeline import Guard
 from guard.settings import GuardSettings
@@ -45,6 +47,8 @@ LINES = [
     "nosuchprogram-xyz; cat /hidden/x",
     "for f in /hidden/a /hidden/b /reference/c; do cat $f; echo rc=$?; done",
     "for f in a b; do cat /hidden/$f 2>&1 | wc -c; done",
+    "cat /hidden/x 2>/dev/null /hidden/y; echo MARK $?",
+    "cat /hidden/x >o 2>&1 </dev/null; cat o",
 ]
 
 
@@ -171,3 +175,52 @@ async def test_protected_data_flowing_past_the_stubs_runs_nothing(guard: Guard, 
     assert stubbed.startswith(("printf %s ", "exit ")) and "\n" not in stubbed
     for fragment in ("mapfile", "while read", "wc -c", "mine.py"):
         assert fragment not in stubbed
+
+
+_INTERCEPTED = st.sampled_from(
+    [
+        "cat /hidden/x",
+        "head -n 1 /reference/solution.py",
+        "ls /grader",
+        "cat /hidden/tests/test_a.py /hidden/b",
+        "grep -r answer /hidden",
+        "wc -l /reference/solution.py",
+    ]
+)
+_PLAIN = st.sampled_from(
+    ["echo MARK", "true", "false", "echo $?", "printf 'a\\nb\\n' | wc -l", "exit 3", "wc -c", "echo x | cat"]
+)
+_REDIRECT = st.sampled_from(["", " 2>/dev/null", " 2>&1", " >&2", " >/dev/null"])
+# no pipes between generated pieces: two real programs writing stderr at once interleave their
+# bytes differently from run to run (pipelines are among the fixed LINES above)
+_JOIN = st.sampled_from(["; ", " && ", " || ", "\n"])
+
+
+@st.composite
+def _lines(draw: st.DrawFn) -> str:
+    pieces = [draw(_INTERCEPTED) + draw(_REDIRECT)]
+    for _ in range(draw(st.integers(min_value=1, max_value=4))):
+        pieces.append(draw(st.one_of(_INTERCEPTED, _PLAIN)) + draw(_REDIRECT))
+    pieces = draw(st.permutations(pieces))
+    line = pieces[0] + "".join(draw(_JOIN) + piece for piece in pieces[1:])
+    return ("set -e; " if draw(st.booleans()) else "") + line
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(line=_lines())
+async def test_generated_lines_print_what_bash_prints(guard: Guard, tmp_path: Path, line: str) -> None:
+    """Any composition of intercepted and plain commands, joined and redirected as bash allows,
+    prints the same bytes and ends the same way stubbed as run for real."""
+    decision = await guard.check(ToolCall("bash", {"command": line}), CONTEXT)
+    assert decision.verdict.action == Action.DECOY and decision.rewrite is not None
+    out = tmp_path / "gen"
+    out.mkdir(exist_ok=True)
+    assert run(decision.rewrite, out) == run(line, out)
+
+
+def test_words_after_a_redirect_are_arguments(guard: Guard) -> None:
+    """``cat README 2>/dev/null /hidden/y`` reads /hidden/y: tree-sitter hangs the word on the
+    redirect, the normaliser gives it back to the command."""
+    result = guard.check_rules(ToolCall("bash", {"command": "cat README 2>/dev/null /hidden/y"}))
+    assert result.match is not None and result.match.category == "hidden_test_access"
+    assert result.normalized.commands[0].argv == ("cat", "README", "/hidden/y")
