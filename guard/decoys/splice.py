@@ -176,10 +176,13 @@ def intercepted(
         if picks:
             picks.sort(key=lambda pick: pick[0])
             chosen[span] = [(command, alone) for _, command, alone in picks]
-    if culprit is not None and not skip(result):
+    if culprit is not None and not chosen and not skip(result):
+        # nothing intercepted on its own: the whole call's culprit stands in (the caller checks
+        # that what is left of the line is harmless); with picks, a guessed culprit (the last
+        # command) would only stub an innocent one
         if culprit.span is None:
             raise SpliceError("the intercepted command has no place on the line")
-        chosen.setdefault(culprit.span, [(culprit, result)])
+        chosen[culprit.span] = [(culprit, result)]
     return chosen
 
 

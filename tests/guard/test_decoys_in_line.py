@@ -49,6 +49,10 @@ LINES = [
     "for f in a b; do cat /hidden/$f 2>&1 | wc -c; done",
     "cat /hidden/x 2>/dev/null /hidden/y; echo MARK $?",
     "cat /hidden/x >o 2>&1 </dev/null; cat o",
+    "python3 -c \"print(open('/hidden/x').read())\"; echo rc=$?",
+    "bash -c 'cat /hidden/x'; echo rc=$?",
+    "eval 'cat /hidden/x'; echo after",
+    "echo Y2F0IC9oaWRkZW4veA== | base64 -d | bash; echo rc=$?",
 ]
 
 
