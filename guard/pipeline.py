@@ -161,7 +161,7 @@ class Guard:
             decoy_started = time.perf_counter()
             if call.tool == "bash":
                 decoy, rewrite, ran = await loop.run_in_executor(
-                    self._workers, self._bash_decoy, call, result, context
+                    self._workers, self._bash_decoy, call, result, context, state
                 )
             elif not only_restored_writes(result, context.restored_paths):
                 decoy = await self._decoy(call, result, context, probe)
@@ -176,7 +176,7 @@ class Guard:
         return GuardDecision(_timed(verdict, started, stage_latency), result.normalized.text, decoy, rewrite)
 
     def _bash_decoy(
-        self, call: ToolCall, result: RuleResult, context: GuardContext
+        self, call: ToolCall, result: RuleResult, context: GuardContext, state: EpisodeState | None
     ) -> tuple[ToolAnswer | None, str | None, tuple[str, RuleResult] | None]:
         """The decoy of a bash call: the invented answer for the whole call (the fallback), the
         line to run in the sandbox with its intercepted commands stubbed (``guard.decoys.splice``)
@@ -184,6 +184,11 @@ class Guard:
         it intercepts are changes to restored tests."""
         paths = (*self.protected_paths, *context.protected_paths)
         engine = self.engine_for(context.protected_paths)
+
+        def evaluate(sub: ToolCall) -> RuleResult:  # parts of the line, read with the episode's state
+            return (
+                engine.evaluate(sub, state.memory, state.repo) if state is not None else engine.evaluate(sub)
+            )
 
         def decoy_for(sub: ToolCall, sub_result: RuleResult, probe: ToolAnswer | None) -> ToolAnswer:
             return make_decoy(sub, sub_result, context, probe=probe, protected_paths=paths)
@@ -197,14 +202,14 @@ class Guard:
             return whole, whole_line(whole), None
         try:
             rewritten = rewrite_line(
-                script, result, culprit_of(result, paths), engine.evaluate, decoy_for, MAYBE_ABSENT, restored
+                script, result, culprit_of(result, paths), evaluate, decoy_for, MAYBE_ABSENT, restored
             )
         except SpliceError:
             return whole, whole_line(whole), None
         if rewritten is None and restored(result):
             return None, None, None
         line, skeleton = rewritten if rewritten is not None else (None, "")
-        left = engine.evaluate(ToolCall("bash", {"command": skeleton})) if line is not None else None
+        left = evaluate(ToolCall("bash", {"command": skeleton})) if line is not None else None
         if line is None or left is None or _still_intercepted(left, restored):
             # what the rules object to is not in the stubbed commands alone (protected data
             # flowing through a redirect or a variable into commands that look harmless): nothing

