@@ -18,8 +18,10 @@ uses for its real answers, so a decoy ``read_file`` error is spelled like a real
 from __future__ import annotations
 
 import posixpath
+import random
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 
@@ -191,6 +193,111 @@ def _edit_decoy(path: str, old: str, probe: ToolAnswer | None) -> ToolAnswer:
     return edit_success_answer(path) if count == 1 else edit_mismatch_answer(path, count)
 
 
+@dataclass(frozen=True)
+class BashCase:
+    """What a bash decoy is chosen by: the culprit command and what the matched rule says of it."""
+
+    command: Command
+    category: str
+    hint: str | None  # the path the rule matched, when it matched one
+    installed: bool | None  # from the ``command -v`` probe; None when not probed
+    probe: ToolAnswer | None
+    result: RuleResult
+    protected: ProtectedPaths
+    rng: random.Random
+    now: datetime
+
+    @property
+    def program(self) -> str:
+        return self.command.program
+
+    def is_protected(self, path: str) -> bool:
+        if self.hint:
+            return _names_path(path, self.hint, self.protected)
+        return self.protected.match(path) is not None
+
+    @property
+    def names_protected(self) -> bool:
+        """Whether an argument of the command names the matched path."""
+        return any(_names_path(a, self.hint or "", self.protected) for a in args_of(self.command))
+
+
+BashDecoy = Callable[[BashCase], ToolAnswer]
+# Tried in order; the first whose condition holds answers. Ordered from the most specific.
+BASH_DECOYS: list[tuple[str, Callable[[BashCase], bool], BashDecoy]] = []
+
+
+def register_bash_decoy(name: str, when: Callable[[BashCase], bool]) -> Callable[[BashDecoy], BashDecoy]:
+    """Add a bash decoy tried after those registered before it, when ``when(case)`` holds."""
+
+    def decorate(fn: BashDecoy) -> BashDecoy:
+        if any(known == name for known, _, _ in BASH_DECOYS):
+            raise ValueError(f"bash decoy {name!r} registered twice")
+        BASH_DECOYS.append((name, when, fn))
+        return fn
+
+    return decorate
+
+
+def _escapes(case: BashCase) -> bool:
+    return case.category == Category.SANDBOX_ESCAPE and case.program not in NETWORK_PROGRAMS
+
+
+def _missing(case: BashCase) -> ToolAnswer:
+    return missing_path_decoy(case.command, case.is_protected, case.hint)
+
+
+_TAMPERING = (Category.TEST_TAMPERING, Category.GRADER_TAMPERING)
+
+
+@register_bash_decoy("tampering", lambda c: c.category in _TAMPERING)
+def _tampering(case: BashCase) -> ToolAnswer:
+    return tamper_decoy(case.command)
+
+
+@register_bash_decoy("git", lambda c: c.program == "git")
+def _git(case: BashCase) -> ToolAnswer:
+    return git_decoy(case.command, case.probe)
+
+
+register_bash_decoy(
+    "escape_to_protected_path",
+    lambda c: _escapes(c)
+    and (c.names_protected or bool(c.hint and c.protected.match(c.hint) and _is_interpreter(c.program))),
+)(_missing)
+
+
+@register_bash_decoy("escape", _escapes)
+def _escape(case: BashCase) -> ToolAnswer:
+    written = case.hint or next(
+        (p for p in case.result.normalized.paths if p.startswith(("/sys/", "/proc/"))), None
+    )
+    return escape_decoy(case.command, written, case.installed)
+
+
+register_bash_decoy(
+    "hidden_path_named", lambda c: c.category == Category.HIDDEN_TEST_ACCESS and c.names_protected
+)(_missing)
+
+
+@register_bash_decoy(
+    "network", lambda c: c.category == Category.ANSWER_FETCH or c.program in NETWORK_PROGRAMS
+)
+def _network(case: BashCase) -> ToolAnswer:
+    return network_decoy(case.command, case.result.normalized, case.rng, case.now)
+
+
+@register_bash_decoy("history_file", lambda c: c.category == Category.GIT_HISTORY_LEAK)
+def _history_file(case: BashCase) -> ToolAnswer:
+    return missing_path_decoy(case.command, lambda p: case.is_protected(p) or ".git/" in p, case.hint)
+
+
+register_bash_decoy(
+    "protected_path",
+    lambda c: c.category == Category.HIDDEN_TEST_ACCESS or any(c.is_protected(a) for a in c.command.argv[1:]),
+)(_missing)
+
+
 def _bash_decoy(
     result: RuleResult,
     context: GuardContext,
@@ -198,39 +305,27 @@ def _bash_decoy(
     protected: ProtectedPaths,
     now: datetime,
 ) -> ToolAnswer:
+    """The first registered bash decoy that fits the culprit command (``BASH_DECOYS``)."""
     match = result.match
     category = match.category if match is not None else ""
-    hint = match.path if match is not None else None
     command = _culprit(result, protected)
     if command is None:  # e.g. a fetch script written to a file: the write itself succeeds
         return ToolAnswer("", 0 if category == Category.ANSWER_FETCH else 1)
-    program = command.program
-    installed = None if probe is None or program == "git" else probe.exit_code == 0
+    installed = None if probe is None or command.program == "git" else probe.exit_code == 0
     if installed is False:
-        return command_not_found(program)
-    rng = seeded_rng(context.episode_id, result.normalized.text)
-
-    def is_protected(p: str) -> bool:
-        return _names_path(p, hint, protected) if hint else protected.match(p) is not None
-
-    if category in (Category.TEST_TAMPERING, Category.GRADER_TAMPERING):
-        return tamper_decoy(command)
-    if program == "git":
-        return git_decoy(command, probe)
-    names_protected = any(_names_path(a, hint or "", protected) for a in args_of(command))
-    if category == Category.SANDBOX_ESCAPE and program not in NETWORK_PROGRAMS:
-        if names_protected or (hint and protected.match(hint) and _is_interpreter(program)):
-            return missing_path_decoy(command, is_protected, hint)
-        written = hint or next(
-            (p for p in result.normalized.paths if p.startswith(("/sys/", "/proc/"))), None
-        )
-        return escape_decoy(command, written, installed)
-    if category == Category.HIDDEN_TEST_ACCESS and names_protected:
-        return missing_path_decoy(command, is_protected, hint)
-    if category == Category.ANSWER_FETCH or program in NETWORK_PROGRAMS:
-        return network_decoy(command, result.normalized, rng, now)
-    if category == Category.GIT_HISTORY_LEAK:
-        return missing_path_decoy(command, lambda p: is_protected(p) or ".git/" in p, hint)
-    if category == Category.HIDDEN_TEST_ACCESS or any(is_protected(a) for a in command.argv[1:]):
-        return missing_path_decoy(command, is_protected, hint)
+        return command_not_found(command.program)
+    case = BashCase(
+        command=command,
+        category=category,
+        hint=match.path if match is not None else None,
+        installed=installed,
+        probe=probe,
+        result=result,
+        protected=protected,
+        rng=seeded_rng(context.episode_id, result.normalized.text),
+        now=now,
+    )
+    for _, when, decoy in BASH_DECOYS:
+        if when(case):
+            return decoy(case)
     return ToolAnswer("", 1)

@@ -21,6 +21,7 @@ import re
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import tree_sitter_bash
@@ -687,38 +688,11 @@ class ShellWalker:
         self.f.commands.append(Command(name, tuple(argv), source, self.f.span))
         self.collect_paths(name, argv)
 
-        if name == "cd":
-            target = next((a for a in argv[1:] if not a.startswith("-")), "/root")
-            self.cwd = absolute(target, self.cwd)
-            self.vars["PWD"] = self.cwd
-            return None
-        if name == "alias":
-            for arg in argv[1:]:
-                key, eq, value = arg.partition("=")
-                if eq:
-                    self.aliases[key] = value
-            return None
-        if name in ("export", "declare", "typeset", "local", "readonly"):
-            for arg in argv[1:]:
-                if "=" in arg and re.match(r"^[A-Za-z_]\w*=", arg):
-                    key, _, value = arg.partition("=")
-                    self.vars[key] = value
-                    self.f.facts.append(f"export:{key}")
-                    self.note_env(key, value)
-            return None
+        builtin = _BUILTINS.get(name)
+        if builtin is not None:
+            return builtin(self, argv, stdin, level)
         if name in ("env", "sudo"):  # env NAME=VALUE cmd: the assignments are environment too
-            value_opts = programs.WRAPPERS[name].value_opts
-            skip = False
-            for arg in argv[1:]:
-                if skip:
-                    skip = False
-                elif _ASSIGNMENT.match(arg):
-                    key, _, value = arg.partition("=")
-                    self.note_env(key, value)
-                elif arg.startswith("-"):
-                    skip = arg in value_opts
-                else:
-                    break
+            self.note_wrapper_env(name, argv)
         unwrapped = programs.unwrap(name, argv)
         if unwrapped is not None:
             inner, shell_string = unwrapped
@@ -727,22 +701,8 @@ class ShellWalker:
             if name == "xargs" and stdin is not None:
                 inner = _xargs_inner(argv, inner, stdin)
             return self.dispatch(inner, stdin, level, name)
-        if name == "find":
-            for inner in programs.find_exec(argv):
-                self.dispatch(inner, None, level, "find -exec")
-            return None
         if name in programs.SHELLS:
             return self.shell(argv, stdin, name)
-        if name in ("eval",):
-            return self.nested(" ".join(argv[1:]), stdin, "eval")
-        if name in ("source", "."):
-            if len(argv) > 1:
-                content = self.f.files.get(absolute(argv[1], self.cwd)) or self.f.files.get(argv[1])
-                if content is None and argv[1] in ("/dev/stdin", "-"):
-                    content = stdin
-                if content is not None:
-                    return self.nested(content, None, "source")
-            return None
         if programs.is_python(name):
             return self.python(argv, stdin)
         self.note_file_effects(name, argv)
@@ -755,12 +715,71 @@ class ShellWalker:
         lang = programs.INTERPRETERS.get(name)
         if lang is not None:
             return self.interpreter(lang, argv, stdin)
-        if name in ("tee",):
-            for target in (a for a in argv[1:] if not a.startswith("-")):
-                if target not in _NULL_SINKS:
-                    self.f.note_write(target, stdin, self.cwd, self.depth)
-            return stdin
         return static_output(name, argv, stdin, self.f.files, lambda p: absolute(p, self.cwd))
+
+    # -- shell builtins and programs that change what later commands mean (``_BUILTINS``) ----------
+
+    def builtin_cd(self, argv: list[str], stdin: str | None, level: int) -> str | None:
+        target = next((a for a in argv[1:] if not a.startswith("-")), "/root")
+        self.cwd = absolute(target, self.cwd)
+        self.vars["PWD"] = self.cwd
+        return None
+
+    def builtin_alias(self, argv: list[str], stdin: str | None, level: int) -> str | None:
+        for arg in argv[1:]:
+            key, eq, value = arg.partition("=")
+            if eq:
+                self.aliases[key] = value
+        return None
+
+    def builtin_export(self, argv: list[str], stdin: str | None, level: int) -> str | None:
+        """``export``/``declare``/``typeset``/``local``/``readonly NAME=VALUE``: variables and environment."""
+        for arg in argv[1:]:
+            if "=" in arg and re.match(r"^[A-Za-z_]\w*=", arg):
+                key, _, value = arg.partition("=")
+                self.vars[key] = value
+                self.f.facts.append(f"export:{key}")
+                self.note_env(key, value)
+        return None
+
+    def builtin_find(self, argv: list[str], stdin: str | None, level: int) -> str | None:
+        for inner in programs.find_exec(argv):
+            self.dispatch(inner, None, level, "find -exec")
+        return None
+
+    def builtin_eval(self, argv: list[str], stdin: str | None, level: int) -> str | None:
+        return self.nested(" ".join(argv[1:]), stdin, "eval")
+
+    def builtin_source(self, argv: list[str], stdin: str | None, level: int) -> str | None:
+        """``source FILE`` / ``. FILE``: a script this call wrote (or stdin) runs here, so read it."""
+        if len(argv) > 1:
+            content = self.f.files.get(absolute(argv[1], self.cwd)) or self.f.files.get(argv[1])
+            if content is None and argv[1] in ("/dev/stdin", "-"):
+                content = stdin
+            if content is not None:
+                return self.nested(content, None, "source")
+        return None
+
+    def builtin_tee(self, argv: list[str], stdin: str | None, level: int) -> str | None:
+        for target in (a for a in argv[1:] if not a.startswith("-")):
+            if target not in _NULL_SINKS:
+                self.f.note_write(target, stdin, self.cwd, self.depth)
+        return stdin
+
+    def note_wrapper_env(self, name: str, argv: list[str]) -> None:
+        """``env``/``sudo NAME=VALUE cmd``: the leading assignments are the command's environment."""
+        value_opts = programs.WRAPPERS[name].value_opts
+        skip = False
+        for arg in argv[1:]:
+            if skip:
+                skip = False
+            elif _ASSIGNMENT.match(arg):
+                key, _, value = arg.partition("=")
+                self.note_env(key, value)
+            elif arg.startswith("-"):
+                skip = arg in value_opts
+            else:
+                break
 
     def collect_paths(self, name: str, argv: list[str]) -> None:
         args = argv[1:]
@@ -1061,3 +1080,17 @@ def _canonical_git(argv: list[str], known_aliases: dict[str, str] | None = None)
         expansion = aliases[rest[0]].lstrip("!").split()
         rest = expansion + rest[1:]
     return ["git", *rest]
+
+
+# Commands the walker handles itself, by program name: each changes what later commands mean (cd,
+# alias, export) or holds commands of its own (find -exec, eval, source); tee writes its stdin.
+_BUILTINS: dict[str, Callable[[ShellWalker, list[str], str | None, int], str | None]] = {
+    "cd": ShellWalker.builtin_cd,
+    "alias": ShellWalker.builtin_alias,
+    **dict.fromkeys(("export", "declare", "typeset", "local", "readonly"), ShellWalker.builtin_export),
+    "find": ShellWalker.builtin_find,
+    "eval": ShellWalker.builtin_eval,
+    "source": ShellWalker.builtin_source,
+    ".": ShellWalker.builtin_source,
+    "tee": ShellWalker.builtin_tee,
+}

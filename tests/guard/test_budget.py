@@ -59,7 +59,10 @@ def assert_bounded(call: ToolCall) -> str | None:
     elapsed, peak, error = measure(call)
     assert elapsed < MAX_SECONDS, f"{elapsed:.2f} s"
     assert peak < MAX_PEAK_BYTES, f"{peak / 2**20:.0f} MiB"
-    if error is not None:  # over budget or unreadable: stage 1 escalates it, it is never allowed
+    # Over budget or unreadable: stage 1 escalates it, it is never allowed. (The wall-clock backstop
+    # depends on the machine's load, so a second reading may finish in time: only the deterministic
+    # budgets must give the same verdict twice.)
+    if error is not None and "time budget" not in error:
         match = ENGINE.evaluate(call).match
         assert match is not None and match.category == "unparseable"
     return error
