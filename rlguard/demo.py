@@ -15,6 +15,7 @@ SQLAlchemy and the packages behind them load only for the command that runs.
 
 import asyncio
 import time
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -42,11 +43,32 @@ async def _sandbox_step() -> bool:
     return report.ok
 
 
-def _episodes_step(concurrency: int) -> dict:
+# Real-world tasks the demo plays beside the builtin suite: a real historical regression of parse
+# (its issue #57) and an injected one in inflection, each graded by the project's own test file.
+DEMO_REALWORLD_TASKS = ("r1chardj0n3s__parse-2", "jpvanhal__inflection-1")
+
+
+def _realworld_suite() -> Path:
+    """Build (first run: sdists fetched with pip, about a minute) or reuse the real-world suite."""
+    from tasks.build_cli import build_realworld_suite, default_suite_dir
+
+    result = asyncio.run(build_realworld_suite(default_suite_dir("realworld")))
+    state = "up to date" if result.cached else f"built in {result.seconds:.0f} s"
+    console.print(f"real-world suite: {len(result.instance_ids)} tasks, {state} ({result.suite_dir})")
+    return result.suite_dir
+
+
+def _episodes_step(concurrency: int, realworld: Path | None) -> dict:
     from rlguard.demo_run import print_demo_report, run_demo_rollouts
     from rlguard.settings import get_settings
+    from tasks.spec import load_suite
 
-    report = run_demo_rollouts(get_settings(), concurrency=concurrency)
+    suites, tasks = ("builtin",), None
+    if realworld is not None:
+        suites = ("builtin", str(realworld))
+        tasks = [task.id for task in load_suite("builtin")]
+        tasks += [f"{realworld.name}/{task_id}" for task_id in DEMO_REALWORLD_TASKS]
+    report = run_demo_rollouts(get_settings(), concurrency=concurrency, tasks=tasks, suites=suites)
     totals = print_demo_report(report)
     totals["episodes_wall_s"] = report.wall_s
     return totals
@@ -77,6 +99,9 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
         concurrency: int = typer.Option(8, "--concurrency", min=1, help="Episodes at once"),
         skip_sandbox: bool = typer.Option(False, "--skip-sandbox", help="Skip the sandbox showcase step"),
         skip_training: bool = typer.Option(False, "--skip-training", help="Skip the PPO update step"),
+        skip_realworld: bool = typer.Option(
+            False, "--skip-realworld", help="Play the builtin suite only (no real-world tasks)"
+        ),
     ) -> None:
         """Run the demo: sandbox showcase, guarded episodes (honest and cheating), one PPO update."""
         from transformers.utils import logging as hf_logging
@@ -96,7 +121,8 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
             console.print(f"[dim]sandbox step: {time.monotonic() - started:.0f} s[/]")
         console.rule("[bold]2. Episodes through the guard")
         step_started = time.monotonic()
-        totals = _episodes_step(concurrency)
+        realworld = None if skip_realworld else _realworld_suite()
+        totals = _episodes_step(concurrency, realworld)
         console.print(f"[dim]episodes step: {time.monotonic() - step_started:.0f} s[/]")
         if totals.get("episodes", 0) == totals.get("errors", 0):
             raise RlguardError("every demo episode failed; see the errors above")

@@ -40,7 +40,8 @@ class DemoReport:
 
 
 def demo_episodes(ctx: RolloutContext, tasks: list[str] | None = None) -> list[EpisodeSpec]:
-    """honest + cheat for every task (or those named); honest_long too for long-horizon tasks."""
+    """honest + cheat for every task of the served suites (or those named: ``suite/id`` or ``id``);
+    honest_long too for long-horizon tasks."""
     specs = []
     for task in ctx.tasks.list():
         if tasks and task.id not in tasks and task.task_id not in tasks:
@@ -62,13 +63,21 @@ async def _intercepts_of(ctx: RolloutContext, episode_ids: set[str]) -> Counter:
     return counts
 
 
-def run_demo_rollouts(settings: Settings, concurrency: int = 8, tasks: list[str] | None = None) -> DemoReport:
-    """Start a gateway, run the demo episodes with the scripted policy, collect the report."""
+def run_demo_rollouts(
+    settings: Settings,
+    concurrency: int = 8,
+    tasks: list[str] | None = None,
+    suites: tuple[str, ...] = ("builtin",),
+) -> DemoReport:
+    """Start a gateway serving ``suites``, run the demo episodes with the scripted policy, report."""
     started = time.monotonic()
+    settings = settings.model_copy(deep=True)
+    settings.gateway.suites = list(suites)
     with local_gateway(settings) as gateway:
         spec = RolloutSpec(
             gateway_url=gateway.url,
             admin_token=gateway.admin_token,
+            suites=suites,
             model=str(ensure_tiny_model()),
             policy="scripted",
             policy_version="0",
@@ -98,19 +107,21 @@ def print_demo_report(report: DemoReport) -> dict[str, Any]:
     and stage. Returns the totals."""
 
     console = Console()
-    by_behaviour: dict[str, list[EpisodeResult]] = {}
+    by_behaviour: dict[tuple[str, str], list[EpisodeResult]] = {}
     for spec, result in report.results:
-        by_behaviour.setdefault(spec.behaviour or "-", []).append(result)
-    table = Table(title="Episodes (scripted policy, builtin suite)")
-    for column in ("behaviour", "episodes", "mean reward", "submitted", "tool calls", "intercepted",
+        suite = spec.task_id.split("/", 1)[0]
+        by_behaviour.setdefault((suite, spec.behaviour or "-"), []).append(result)
+    table = Table(title="Episodes (scripted policy)")
+    for column in ("suite", "behaviour", "episodes", "mean reward", "submitted", "tool calls", "intercepted",
                    "compactions", "sub-trajectories"):  # fmt: skip
-        table.add_column(column, justify="right" if column != "behaviour" else "left")
+        table.add_column(column, justify="left" if column in ("suite", "behaviour") else "right")
     totals = Counter()
-    for behaviour, results in sorted(by_behaviour.items()):
+    for (suite, behaviour), results in sorted(by_behaviour.items()):
         rewards = [r.reward for r in results if r.reward is not None]
         subs = sum(len([t for t in r.sub_trajectories if t.token_ids]) for r in results)
         intercepted = sum(int(r.details.get("intercepts", 0)) for r in results)
         table.add_row(
+            suite,
             behaviour,
             str(len(results)),
             f"{sum(rewards) / len(rewards):.3f}" if rewards else "-",

@@ -18,7 +18,8 @@ Script format (``rollout/scripts/builtin.yaml`` is the reference)::
         summary: "..."     # what it answers when asked to compact (default: written from its turns)
 
     TURN: {say: str?, call: {name: str, arguments: {...}}}   # strings may use ${cheat_command}
-        | {say: str?, write_solution: true}   # one write_file per file of the task's solution/
+        | {say: str?, write_solution: true}   # the task's solution/: a write_file per new or small
+                                              # file, edit_file calls (changed hunks) for large ones
         | {say: str?, read_workspace: true}   # one read_file per workspace source file (long context)
         | {raw: str}                          # literal text, e.g. a malformed tool call
     A turn with ``when: cheat_command`` is skipped when the task has no honeypot command.
@@ -27,6 +28,7 @@ Script format (``rollout/scripts/builtin.yaml`` is the reference)::
 from __future__ import annotations
 
 import asyncio
+import difflib
 import time
 from pathlib import Path
 from string import Template
@@ -42,6 +44,8 @@ from rollout.hf_engine import HFEngine, ScoreCache
 from rollout.policy import Generation, Sampling
 
 BUILTIN_SCRIPT = Path(__file__).resolve().parent / "scripts" / "builtin.yaml"
+# A solution file up to this size is written whole; a larger one is edited hunk by hunk.
+WHOLE_FILE_CHARS = 2000
 _SOURCE_SUFFIXES = {".py", ".md", ".txt", ".toml", ".cfg", ".ini", ".json", ".yaml"}
 
 
@@ -159,13 +163,40 @@ def _expand(turns: list[ScriptTurn], task: Any) -> list[str]:
                 raise RolloutError(
                     f"{task.id}: the script writes the solution, but the task has no solution/"
                 )
-            for i, (path, content) in enumerate(sorted(files.items())):
-                call = tool_call_text("write_file", {"path": path, "content": content})
-                texts.append(_join(say if i == 0 else f"Now {path}.", call))
+            calls = [c for path, text in sorted(files.items()) for c in solution_calls(task, path, text)]
+            for i, (name, arguments) in enumerate(calls):
+                call = tool_call_text(name, arguments)
+                texts.append(_join(say if i == 0 else f"Now {arguments['path']}.", call))
         else:
             for i, path in enumerate(_workspace_sources(task)):
                 texts.append(_join(say if i == 0 else "", tool_call_text("read_file", {"path": path})))
     return texts
+
+
+def solution_calls(task: Any, path: str, content: str) -> list[tuple[str, dict[str, str]]]:
+    """How an agent would make the workspace file ``path`` read ``content``: one ``write_file`` for a
+    new or small file, else one ``edit_file`` per changed hunk (a real repository's module can be
+    far longer than one generation turn, while its fix is a few lines)."""
+    current = task.workspace_dir / path
+    if not current.is_file() or len(content) <= WHOLE_FILE_CHARS:
+        return [("write_file", {"path": path, "content": content})]
+    old_text = current.read_text()
+    old, new = old_text.splitlines(keepends=True), content.splitlines(keepends=True)
+    calls = []
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    opcodes = [op for op in matcher.get_opcodes() if op[0] != "equal"]
+    for _, i1, i2, j1, j2 in reversed(opcodes):  # bottom up: earlier hunks keep their line numbers
+        before, after = i1, i2
+        while True:  # widen the context until the old text is unique in the file
+            old_str = "".join(old[before:after])
+            if old_str and old_text.count(old_str) == 1:
+                break
+            if before == 0 and after == len(old):
+                return [("write_file", {"path": path, "content": content})]
+            before, after = max(0, before - 1), min(len(old), after + 1)
+        new_str = "".join(old[before:i1] + new[j1:j2] + old[i2:after])
+        calls.append(("edit_file", {"path": path, "old_str": old_str, "new_str": new_str}))
+    return list(reversed(calls))
 
 
 def _workspace_sources(task: Any) -> list[str]:

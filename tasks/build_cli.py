@@ -50,7 +50,7 @@ def add_commands(tasks_app: typer.Typer) -> None:
         if name not in BUILDABLE:
             raise TaskError(f"no buildable suite {name!r}; known: {', '.join(BUILDABLE)}")
         suite_dir = (out or default_suite_dir(name)).resolve()
-        result = asyncio.run(_build_realworld(suite_dir, force))
+        result = asyncio.run(build_realworld_suite(suite_dir, force))
         summary = {
             "suite_dir": str(result.suite_dir),
             "rows": str(result.rows_path),
@@ -101,7 +101,8 @@ def add_commands(tasks_app: typer.Typer) -> None:
             typer.echo(f"{result.image}: {'cached' if result.cached else f'built in {result.seconds:.1f} s'}")
 
 
-async def _build_realworld(suite_dir: Path, force: bool) -> SuiteBuild:
+async def build_realworld_suite(suite_dir: Path, force: bool = False) -> SuiteBuild:
+    """Build (or find up to date) the shipped real-world suite in ``suite_dir`` on the configured engine."""
     from sandbox.cli import engine_client
     from sandbox.docker_backend import DockerBackend
     from sandbox.image import ensure_image

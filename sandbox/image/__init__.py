@@ -36,6 +36,7 @@ DOCKERFILE_BASE = "debian:bookworm-slim"
 #: Installed by both builders; ``tests/sandbox`` checks the Dockerfile names the same list.
 PACKAGES = (
     "python3",
+    "python-is-python3",  # agents type `python`; without it their first test run fails
     "python3-pytest",
     "git",
     "bash",
