@@ -135,7 +135,7 @@ class _Episode:
         )
         generation = await self.policy.generate(traj.token_ids, sampling)
         self.result.model_s += generation.model_seconds
-        traj.add_generated(generation.token_ids, generation.logprobs)
+        traj.add_generated(generation.token_ids, generation.logprobs, generation.policy_version)
         self.result.generated_tokens += len(generation.token_ids)
         return generation.token_ids
 

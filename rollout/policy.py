@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -38,6 +39,7 @@ class Generation:
     text: str
     finish_reason: str  # "stop" | "length"
     model_seconds: float = 0.0
+    policy_version: str | None = None  # the weights that produced it, when known
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,15 @@ def parse_completion_choice(choice: dict[str, Any]) -> tuple[list[int], list[flo
 
 
 class CompletionsPolicy:
-    """A ``TokenPolicy`` over ``POST {base_url}/completions`` with token-id prompts."""
+    """A ``TokenPolicy`` over ``POST {base_url}/completions`` with token-id prompts.
+
+    Which weights produced a generation: the version the server reports in its answer
+    (``policy_version``, as ``rlguard policy serve`` does); otherwise ``version_source()`` (whoever
+    pushes weights to a vLLM/SGLang server knows what it pushed) read before the request, or the fixed
+    ``policy_version``. A swap during the request is then recorded as the older version (the
+    conservative side: the trainer treats the span as staler, never fresher, than it is).
+    ``policy_version`` follows the newest version seen, so episodes started later record it.
+    """
 
     trainable = True
 
@@ -144,13 +154,19 @@ class CompletionsPolicy:
         timeout_s: float = 300.0,
         retry: RetryPolicy | None = None,
         client: httpx.AsyncClient | None = None,
+        version_source: Callable[[], str] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
-        self.policy_version = policy_version
+        self._version = policy_version
+        self.version_source = version_source
         self.retry = retry or RetryPolicy()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = client or httpx.AsyncClient(timeout=timeout_s, headers=headers)
+
+    @property
+    def policy_version(self) -> str:
+        return self.version_source() if self.version_source is not None else self._version
 
     async def generate(self, prompt_ids: list[int], sampling: Sampling) -> Generation:
         payload: dict[str, Any] = {
@@ -169,12 +185,17 @@ class CompletionsPolicy:
             payload["stop_token_ids"] = list(sampling.stop_token_ids)
         loop = asyncio.get_running_loop()
         started = loop.time()
+        requested_under = self.policy_version
         body = await post_json_with_retry(self._client, f"{self.base_url}/completions", payload, self.retry)
         seconds = loop.time() - started
         choice = body["choices"][0]
         ids, logprobs = parse_completion_choice(choice)
         finish = choice.get("finish_reason") or "stop"
-        return Generation(ids, logprobs, choice.get("text", ""), finish, seconds)
+        served = body.get("policy_version")
+        version = str(served) if served is not None else requested_under
+        if served is not None and self.version_source is None:
+            self._version = version
+        return Generation(ids, logprobs, choice.get("text", ""), finish, seconds, version)
 
     async def aclose(self) -> None:
         await self._client.aclose()

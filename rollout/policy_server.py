@@ -119,9 +119,12 @@ class PolicyServer:
                 f"length {self.engine.max_model_len}"
             )
 
-    async def _generate(self, prompt_ids: list[int], **kwargs: Any):
+    async def _generate(self, prompt_ids: list[int], **kwargs: Any) -> tuple[Any, str]:
+        """The generation and the version of the weights that produced it (read under the lock, so a
+        reload waits for the generation in flight and never relabels it)."""
         async with self.lock:
-            return await asyncio.to_thread(self.engine.generate, prompt_ids, **kwargs)
+            out = await asyncio.to_thread(self.engine.generate, prompt_ids, **kwargs)
+            return out, self.version
 
     def _token_strings(self, ids: list[int]) -> list[str]:
         return [self.engine.tokenizer.decode([t], skip_special_tokens=False) for t in ids]
@@ -134,7 +137,7 @@ class PolicyServer:
         prompt_ids = self._prompt_ids(req.prompt)
         self._check_limits(len(prompt_ids), req.max_tokens, req.n)
         stop = [req.stop] if isinstance(req.stop, str) else req.stop
-        out = await self._generate(
+        out, version = await self._generate(
             prompt_ids,
             max_tokens=req.max_tokens,
             temperature=req.temperature,
@@ -168,7 +171,7 @@ class PolicyServer:
         if req.return_token_ids:
             choice["token_ids"] = out.token_ids
             choice["prompt_token_ids"] = prompt_ids
-        return self._envelope("cmpl", "text_completion", choice, len(prompt_ids), len(out.token_ids))
+        return self._envelope("cmpl", "text_completion", choice, len(prompt_ids), len(out.token_ids), version)
 
     async def chat(self, req: ChatRequest) -> dict[str, Any]:
         if req.stream:
@@ -184,7 +187,7 @@ class PolicyServer:
         max_tokens = req.max_completion_tokens or req.max_tokens or 512
         self._check_limits(len(prompt_ids), max_tokens, req.n)
         stop = [req.stop] if isinstance(req.stop, str) else req.stop
-        out = await self._generate(
+        out, version = await self._generate(
             prompt_ids, max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
             seed=req.seed, stop=stop,
         )  # fmt: skip
@@ -213,10 +216,16 @@ class PolicyServer:
                     for s, lp in zip(self._token_strings(out.token_ids), out.logprobs, strict=True)
                 ]
             }
-        return self._envelope("chatcmpl", "chat.completion", choice, len(prompt_ids), len(out.token_ids))
+        return self._envelope("chatcmpl", "chat.completion", choice, len(prompt_ids), len(out.token_ids), version)
 
     def _envelope(
-        self, id_prefix: str, kind: str, choice: dict[str, Any], prompt_tokens: int, completion_tokens: int
+        self,
+        id_prefix: str,
+        kind: str,
+        choice: dict[str, Any],
+        prompt_tokens: int,
+        completion_tokens: int,
+        version: str,
     ) -> dict[str, Any]:
         """The OpenAI response around one choice, plus the ``policy_version`` that generated it."""
         return {
@@ -224,7 +233,7 @@ class PolicyServer:
             "object": kind,
             "created": int(time.time()),
             "model": self.name,
-            "policy_version": self.version,
+            "policy_version": version,
             "choices": [choice],
             "usage": {
                 "prompt_tokens": prompt_tokens,

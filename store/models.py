@@ -90,7 +90,8 @@ class SubTrajectoryRow(Base):
     """One sub-trajectory (a new one starts at each compaction), token-level, binary-packed.
 
     ``token_ids`` int32 LE, ``action_mask`` uint8, ``logprobs`` float32 LE (see ``store.codec``);
-    ``consumed_at``/``consumed_by_step`` are set by the trainer when it trains on the row.
+    ``consumed_at``/``consumed_by_step`` are set by the trainer when it trains on the row (or drops
+    it as too stale: ``consumed_by_step`` is then the step that dropped it).
     """
 
     __tablename__ = "sub_trajectories"
@@ -107,6 +108,9 @@ class SubTrajectoryRow(Base):
     action_mask: Mapped[bytes] = mapped_column()
     logprobs: Mapped[bytes] = mapped_column()
     policy_version: Mapped[str | None] = mapped_column(String(200))
+    # [[start, end, version], ...]: which policy version generated each token span (migration 0003);
+    # None on rows from before it (the row's policy_version then covers every generated token).
+    version_spans: Mapped[list[Any] | None] = mapped_column(JSON)
     trainable: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     consumed_at: Mapped[datetime | None] = mapped_column()

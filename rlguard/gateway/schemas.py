@@ -20,6 +20,7 @@ from rlguard.gateway.tools import (
 
 MAX_SUB_TRAJECTORY_TOKENS = 262_144
 MAX_SUB_TRAJECTORY_INDEX = 100_000
+MAX_VERSION_SPANS = 4096
 TOKEN_ID_MAX = 2**31 - 1
 
 
@@ -134,6 +135,11 @@ class SubTrajectoryUpload(_Strict):
     logprobs: list[float] = Field(min_length=1, max_length=MAX_SUB_TRAJECTORY_TOKENS)
     policy_version: str | None = Field(None, min_length=1, max_length=200)
     trainable: bool = True
+    version_spans: list[tuple[int, int, Annotated[str, Field(min_length=1, max_length=200)]]] | None = Field(
+        None,
+        max_length=MAX_VERSION_SPANS,
+        description="[start, end, policy version] of each generated token span (end exclusive)",
+    )
 
     @field_validator("logprobs")
     @classmethod
@@ -150,6 +156,14 @@ class SubTrajectoryUpload(_Strict):
                 f"token_ids ({len(self.token_ids)}), action_mask ({len(self.action_mask)}) and "
                 f"logprobs ({len(self.logprobs)}) must have the same length"
             )
+        previous_end = 0
+        for start, end, _ in self.version_spans or []:
+            if not previous_end <= start < end <= len(self.token_ids):
+                raise ValueError(
+                    f"version span [{start}, {end}) must be non-empty, in order, non-overlapping and "
+                    f"inside the {len(self.token_ids)} tokens"
+                )
+            previous_end = end
         return self
 
 

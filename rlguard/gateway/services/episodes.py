@@ -538,6 +538,7 @@ class EpisodeService:
             action_mask=encode_action_mask(upload.action_mask),
             logprobs=encode_logprobs(upload.logprobs),
             policy_version=upload.policy_version,
+            version_spans=[list(span) for span in upload.version_spans] if upload.version_spans else None,
             trainable=upload.trainable,
             created_at=utcnow(),
         )
