@@ -41,9 +41,12 @@ class TrainingQueries:
 
     sessions: sessionmaker[Session]
 
-    def trainable_episodes(self, max_episodes: int) -> list[TrainableEpisode]:
+    def trainable_episodes(
+        self, max_episodes: int, only: list[str] | None = None
+    ) -> list[TrainableEpisode]:
         """Up to ``max_episodes`` oldest ended, rewarded episodes none of whose sub-trajectories is
-        untrainable, with every sub-trajectory that is not consumed yet (the caller checks the chain)."""
+        untrainable, with every sub-trajectory that is not consumed yet (the caller checks the chain);
+        among the episodes ``only`` names when given (the asynchronous loop's queue)."""
         with self.sessions() as session:
             untrainable = select(SubTrajectoryRow.episode_id).where(SubTrajectoryRow.trainable.is_(False))
             candidates = (
@@ -54,6 +57,7 @@ class TrainingQueries:
                     EpisodeRow.status.in_(TRAINABLE_STATUSES),
                     EpisodeRow.reward.is_not(None),
                     SubTrajectoryRow.episode_id.not_in(untrainable),
+                    *([SubTrajectoryRow.episode_id.in_(only)] if only is not None else []),
                 )
                 .group_by(SubTrajectoryRow.episode_id)
                 .order_by(func.min(SubTrajectoryRow.id))
@@ -111,6 +115,19 @@ class TrainingQueries:
                         "meanwhile"
                     )
             return row.id
+
+    def drop_sub_trajectories(self, record_ids: list[int]) -> int:
+        """Mark sub-trajectories consumed without a training step (too stale to train on): they never
+        come back, and ``consumed_by_step`` stays empty to tell them from trained ones."""
+        if not record_ids:
+            return 0
+        with self.sessions.begin() as session:
+            result = session.execute(
+                update(SubTrajectoryRow)
+                .where(SubTrajectoryRow.id.in_(record_ids), SubTrajectoryRow.consumed_at.is_(None))
+                .values(consumed_at=utcnow())
+            )
+            return result.rowcount
 
     def latest_training_step(self, run: str) -> TrainingStepRow | None:
         """The newest committed step of ``run`` (the one to resume from), or None."""

@@ -40,6 +40,8 @@ class AdvantageBatch:
     ``episode_ids``, ``group_ids`` (the task, for group baselines), ``sub_index``, ``is_last`` and
     ``truncated`` are ``[B]``; ``values`` is ``[B, T]`` and ``final_values`` ``[B]`` (critic value of
     the state after the row's last token), both only needed by critic-based estimators.
+    ``student_logprobs`` / ``teacher_logprobs`` ``[B, T]`` (the sampling policy's and the routed
+    teacher's logprob of each token) are read by on-policy distillation (``opd``) only.
     """
 
     token_rewards: torch.Tensor
@@ -51,6 +53,8 @@ class AdvantageBatch:
     truncated: torch.Tensor
     values: torch.Tensor | None = None
     final_values: torch.Tensor | None = None
+    student_logprobs: torch.Tensor | None = None
+    teacher_logprobs: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,7 @@ class AdvantageConfig:
     lam: float = 0.95
     eps: float = 1e-6
     norm_by_std: bool = True
+    reward_weight: float = 0.0
 
 
 AdvantageFn = Callable[[AdvantageBatch, AdvantageConfig], tuple[torch.Tensor, torch.Tensor]]
@@ -435,3 +440,49 @@ def reinforce_pp_estimator(
     return compute_reinforce_pp_advantages(
         batch.token_rewards, batch.action_mask, config.gamma, batch.episode_ids, batch.sub_index
     )
+
+
+# ----------------------------------------------------------------------------------------------
+# On-policy distillation (reverse KL to a teacher, per token, no critic)
+# ----------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def compute_opd_advantages(
+    student_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor, action_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """On-policy distillation: ``A_t = log pi_teacher(a_t | s_t) - log pi_student(a_t | s_t)``.
+
+    The student sampled ``a_t``; ``-A_t`` is the single-sample estimate of the per-token reverse KL
+    ``KL(pi_student || pi_teacher)`` at ``s_t``, so the policy-gradient step with this advantage
+    descends the reverse KL (mode-seeking: the student is pushed off tokens the teacher would not
+    write, towards the teacher's own choices). No discounting across tokens and no critic: each token
+    is its own one-step return (the dense teacher signal needs no credit assignment). 0 off the mask.
+    """
+    _check_token_tensors(action_mask, student_logprobs, teacher_logprobs)
+    mask = action_mask.to(_float_dtype(student_logprobs, teacher_logprobs))
+    advantages = (teacher_logprobs - student_logprobs) * mask
+    return advantages, advantages.clone()
+
+
+def reverse_kl(
+    student_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor, action_mask: torch.Tensor
+) -> float:
+    """Mean over action tokens of ``log pi_student - log pi_teacher`` on the student's own samples:
+    the Monte-Carlo estimate of the per-token reverse KL that distillation minimises."""
+    mask = action_mask.to(student_logprobs.dtype)
+    total = mask.sum()
+    return float(((student_logprobs - teacher_logprobs) * mask).sum() / total) if total > 0 else 0.0
+
+
+@register_advantage("opd")
+def opd_estimator(batch: AdvantageBatch, config: AdvantageConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reverse-KL advantage to the routed teacher, plus ``reward_weight`` x the GRPO advantage of
+    the task reward (0 = pure distillation)."""
+    if batch.student_logprobs is None or batch.teacher_logprobs is None:
+        raise ValueError("the opd estimator needs student_logprobs and teacher_logprobs")
+    advantages, _ = compute_opd_advantages(batch.student_logprobs, batch.teacher_logprobs, batch.action_mask)
+    if config.reward_weight:
+        task, _ = grpo_estimator(batch, config)
+        advantages = advantages + config.reward_weight * task.to(advantages.dtype)
+    return advantages, advantages.clone()

@@ -13,8 +13,10 @@ class Sample:
     """One sub-trajectory as the trainer needs it (built from a store row or a synthetic episode).
 
     ``logprobs`` are the rollout policy's, aligned to the tokens (0 on mask-0 tokens);
-    ``policy_version`` is the trainer step whose weights generated it. ``reward`` is the episode's
-    and is read only on its last sub-trajectory.
+    ``policy_version`` is the trainer step whose weights generated it; ``token_versions`` (when the
+    weights changed while the episode was in flight: a partial rollout) gives the version of every
+    token instead (read on action tokens only). ``reward`` is the episode's and is read only on its
+    last sub-trajectory; ``task_group`` names the task's group (routing of distillation teachers).
     """
 
     input_ids: Sequence[int]
@@ -28,6 +30,8 @@ class Sample:
     group_id: int
     policy_version: int = 0
     record_id: int | None = field(default=None, compare=False)
+    token_versions: Sequence[int] | None = None
+    task_group: str = ""
 
     def __post_init__(self) -> None:
         n = len(self.input_ids)
@@ -37,6 +41,22 @@ class Sample:
                 f"logprobs must be non-empty and the same length ({n}, {len(self.action_mask)}, "
                 f"{len(self.logprobs)})"
             )
+        if self.token_versions is not None and len(self.token_versions) != n:
+            raise ValueError(
+                f"sub-trajectory of episode {self.episode_id}/{self.sub_index}: {len(self.token_versions)} "
+                f"token versions for {n} tokens"
+            )
+
+    def versions(self) -> list[int]:
+        """The policy version of every token (``policy_version`` where no per-token versions exist)."""
+        if self.token_versions is None:
+            return [self.policy_version] * len(self.input_ids)
+        return list(self.token_versions)
+
+    def oldest_action_version(self) -> int:
+        """The oldest version among the generated tokens (the row's staleness is measured from it)."""
+        versions = [v for v, m in zip(self.versions(), self.action_mask, strict=True) if m]
+        return min(versions, default=self.policy_version)
 
 
 def pack_by_token_budget(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
@@ -72,7 +92,7 @@ class TokenBatch:
     action_mask: torch.Tensor
     rollout_logprobs: torch.Tensor
     rows: torch.Tensor
-    stale: torch.Tensor
+    stale: torch.Tensor  # [n, width] bool: action tokens produced by an older policy version
 
     @property
     def num_action_tokens(self) -> int:
@@ -95,7 +115,7 @@ class TokenBatch:
 
 
 def collate(samples: Sequence[Sample], rows: Sequence[int], pad_id: int, current_version: int) -> TokenBatch:
-    """Pad ``samples[rows]`` to the longest of them; ``stale`` marks data from an older policy."""
+    """Pad ``samples[rows]`` to the longest of them; ``stale`` marks tokens from an older policy."""
     chosen = [samples[i] for i in rows]
     width = max(len(s.input_ids) for s in chosen)
     n = len(chosen)
@@ -109,5 +129,8 @@ def collate(samples: Sequence[Sample], rows: Sequence[int], pad_id: int, current
         attention[r, :length] = 1
         action[r, :length] = torch.as_tensor(s.action_mask, dtype=torch.float32)
         logprobs[r, :length] = torch.as_tensor(s.logprobs, dtype=torch.float32)
-    stale = torch.tensor([s.policy_version < current_version for s in chosen])
+    stale = torch.zeros((n, width), dtype=torch.bool)
+    for r, s in enumerate(chosen):
+        stale[r, : len(s.input_ids)] = torch.as_tensor(s.versions()) < current_version
+    stale &= action.bool()
     return TokenBatch(input_ids, attention, action, logprobs * action, torch.as_tensor(list(rows)), stale)

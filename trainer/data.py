@@ -41,13 +41,34 @@ def is_truncated(episode: EpisodeRow) -> bool:
     return bool(details.get("truncated")) or details.get("end_reason") in TRUNCATING_END_REASONS
 
 
-def load_step_data(store: Store, max_episodes: int, max_sequence_tokens: int | None = None) -> StepData:
-    """Up to ``max_episodes`` oldest ended, rewarded, unconsumed episodes, every sub-trajectory of each.
+def token_versions(row: SubTrajectoryRow, default: int) -> list[int] | None:
+    """Per-token versions from the row's ``version_spans`` (None when it has none: one version)."""
+    if not row.version_spans:
+        return None
+    versions = [default] * row.num_tokens
+    for start, end, version in row.version_spans:
+        versions[int(start) : int(end)] = [parse_policy_version(str(version))] * (int(end) - int(start))
+    return versions
+
+
+def task_group(task_id: str) -> str:
+    """A task's group: its suite (the part of ``<suite>/<task>`` before the slash)."""
+    return task_id.split("/", 1)[0]
+
+
+def load_step_data(
+    store: Store,
+    max_episodes: int,
+    max_sequence_tokens: int | None = None,
+    episode_ids: list[str] | None = None,
+) -> StepData:
+    """Up to ``max_episodes`` oldest ended, rewarded, unconsumed episodes, every sub-trajectory of each
+    (only among ``episode_ids`` when given: the asynchronous loop's queue names them).
 
     An episode is taken only when all its sub-trajectories are trainable and unconsumed (a gap would
     break the bootstrap chain); longer-than-allowed sub-trajectories exclude their episode too.
     """
-    found = store.trainable_episodes(max_episodes)
+    found = store.trainable_episodes(max_episodes, episode_ids)
     if not found:
         return StepData([], [], 0)
     task_numbers: dict[str, int] = {}
@@ -62,6 +83,7 @@ def load_step_data(store: Store, max_episodes: int, max_sequence_tokens: int | N
         group = task_numbers.setdefault(episode.task_id, len(task_numbers))
         last_index = rows[-1].index
         for row in rows:
+            version = parse_policy_version(row.policy_version or episode.policy_version)
             samples.append(
                 Sample(
                     input_ids=decode_token_ids(row.token_ids).tolist(),
@@ -73,8 +95,10 @@ def load_step_data(store: Store, max_episodes: int, max_sequence_tokens: int | N
                     truncated=is_truncated(episode),
                     reward=float(episode.reward or 0.0),
                     group_id=group,
-                    policy_version=parse_policy_version(row.policy_version or episode.policy_version),
+                    policy_version=version,
                     record_id=row.id,
+                    token_versions=token_versions(row, version),
+                    task_group=task_group(episode.task_id),
                 )
             )
             record_ids.append(row.id)

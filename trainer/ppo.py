@@ -32,6 +32,7 @@ from trainer.advantages import (
     estimator_for_algo,
     get_advantage_estimator,
     place_episode_rewards,
+    reverse_kl,
 )
 from trainer.batch import Sample, TokenBatch, collate, pack_by_token_budget, padding_fraction
 from trainer.losses import (
@@ -62,6 +63,7 @@ class _Scored:
     ref_logprobs: torch.Tensor | None
     values: torch.Tensor | None
     final_values: torch.Tensor | None
+    teacher_logprobs: torch.Tensor | None = None
 
 
 class PPOTrainer:
@@ -75,6 +77,7 @@ class PPOTrainer:
         runtime: Runtime,
         pad_id: int,
         reference: nn.Module | None = None,
+        teachers: dict[str, nn.Module] | None = None,
     ) -> None:
         self.settings = settings
         self.runtime = runtime
@@ -90,6 +93,12 @@ class PPOTrainer:
         self.actor = wrap_model(actor, runtime)
         self.critic = wrap_model(critic, runtime) if self.uses_critic and critic is not None else None
         self.reference = reference.to(runtime.device) if reference is not None else None
+        self.teachers = {name: t.to(runtime.device) for name, t in (teachers or {}).items()}
+        if self.estimator_name == "opd" and not self.teachers:
+            raise ValueError("--algo opd needs at least one teacher (--teacher NAME=PATH)")
+        unknown = sorted(set(settings.routes.values()) - set(self.teachers))
+        if unknown:
+            raise ValueError(f"routes name unknown teachers {unknown}; teachers: {sorted(self.teachers)}")
         self.actor_optimizer = _adamw(self.actor, settings.actor_lr, settings.weight_decay)
         self.critic_optimizer = (
             _adamw(self.critic, settings.critic_lr, settings.weight_decay)
@@ -117,10 +126,27 @@ class PPOTrainer:
         if estimator_for_algo(settings.algo) in CRITIC_ESTIMATORS:
             critic = Critic.from_pretrained(critic_path or settings.critic_model_path or model_path)
         reference = load_reference(reference_path or model_path) if settings.kl_coef > 0 else None
+        teachers = (
+            {name: load_reference(path) for name, path in settings.teachers.items()}
+            if settings.algo == "opd"
+            else None
+        )
         pad_id = actor.config.pad_token_id
         if pad_id is None:
             pad_id = actor.config.eos_token_id if isinstance(actor.config.eos_token_id, int) else 0
-        return cls(actor, critic, settings, runtime, int(pad_id), reference)
+        return cls(actor, critic, settings, runtime, int(pad_id), reference, teachers)
+
+    def teacher_for(self, task_group: str) -> str:
+        """The teacher routed for ``task_group``: its route, or the only teacher when there is one."""
+        routed = self.settings.routes.get(task_group)
+        if routed is not None:
+            return routed
+        if len(self.teachers) == 1:
+            return next(iter(self.teachers))
+        raise ValueError(
+            f"no teacher routed for task group {task_group!r} (routes: {self.settings.routes}); "
+            "add --route GROUP=NAME"
+        )
 
     # ------------------------------------------------------------------------------------------
     def train_step(self, samples: list[Sample]) -> dict[str, float]:
@@ -129,7 +155,7 @@ class PPOTrainer:
             raise ValueError("a training step needs at least one sub-trajectory on every rank")
         started = time.perf_counter()
         s = self.settings
-        stale_rows = sum(x.policy_version < self.policy_version for x in samples)
+        stale_rows = sum(x.oldest_action_version() < self.policy_version for x in samples)
         lengths = [len(x.input_ids) for x in samples]
         if max(lengths) > s.max_sequence_tokens:
             raise ValueError(f"a sub-trajectory has {max(lengths)} tokens, over max_sequence_tokens")
@@ -174,6 +200,8 @@ class PPOTrainer:
         if scored.values is not None:
             metrics["critic/explained_variance"] = float(explained_variance(scored.values, returns, mask))
             metrics["critic/values_mean"] = float(masked_mean(scored.values, mask))
+        if scored.teacher_logprobs is not None:
+            metrics["opd/reverse_kl"] = reverse_kl(scored.old_logprobs, scored.teacher_logprobs, mask)
         if scored.ref_logprobs is not None:
             metrics["actor/kl_ref"] = float(
                 masked_mean(kl_penalty(scored.old_logprobs, scored.ref_logprobs, s.kl_estimator), mask)
@@ -188,11 +216,15 @@ class PPOTrainer:
         mask = torch.zeros(n, width)
         rollout = torch.zeros(n, width)
         proximal = torch.zeros(n, width)
-        stale = torch.zeros(n, dtype=torch.bool)
+        stale = torch.zeros(n, width, dtype=torch.bool)
         values = torch.zeros(n, width) if self.critic is not None else None
         final_values = torch.zeros(n) if self.critic is not None else None
         ref = torch.zeros(n, width) if self.reference is not None else None
-        models = [m for m in (self.actor, self.critic, self.reference) if m is not None]
+        teacher_lp = torch.zeros(n, width) if self.teachers else None
+        routed = [self.teacher_for(x.task_group) for x in samples] if self.teachers else []
+        models = [
+            m for m in (self.actor, self.critic, self.reference, *self.teachers.values()) if m is not None
+        ]
         with no_grad_eval(*models), self.runtime.autocast():
             for index, mb in enumerate(micro + padding):
                 real = index < len(micro)
@@ -208,6 +240,8 @@ class PPOTrainer:
                     lp, _ = token_logprobs(self.reference, dev.input_ids, dev.attention_mask)
                     if real:
                         ref[rows, :cols] = lp.float().cpu()
+                if teacher_lp is not None and real:
+                    self._score_teachers(dev, rows, routed, teacher_lp)
                 any_stale = self.runtime.all_reduce_max(int(mb.stale.any() and real))
                 if any_stale:
                     lp, _ = token_logprobs(self.actor, dev.input_ids, dev.attention_mask)
@@ -216,13 +250,29 @@ class PPOTrainer:
                 if real:
                     mask[rows, :cols] = mb.action_mask
                     rollout[rows, :cols] = mb.rollout_logprobs
-                    stale[rows] = mb.stale
-        stale_tokens = stale.unsqueeze(1).expand_as(mask)
+                    stale[rows, :cols] = mb.stale
+        stale_tokens = stale
         old = torch.where(stale_tokens, proximal, rollout) * mask
         weights = torch.where(
             stale_tokens, truncated_importance_weights(proximal, rollout, s.tis_cap), torch.ones_like(mask)
         )
-        return _Scored(mask, rollout, old, weights, ref, values, final_values)
+        return _Scored(mask, rollout, old, weights, ref, values, final_values, teacher_lp)
+
+    def _score_teachers(
+        self, dev: TokenBatch, rows: torch.Tensor, routed: list[str], out: torch.Tensor
+    ) -> None:
+        """Each row's tokens scored by the teacher its task group is routed to (the same tokens the
+        student produced, teacher-forced)."""
+        cols = dev.input_ids.shape[1]
+        names = [routed[int(r)] for r in rows]
+        for name in dict.fromkeys(names):
+            local = torch.tensor([i for i, n in enumerate(names) if n == name])
+            lp, _ = token_logprobs(
+                self.teachers[name],
+                dev.input_ids[local.to(dev.input_ids.device)],
+                dev.attention_mask[local.to(dev.input_ids.device)],
+            )
+            out[rows[local], :cols] = lp.float().cpu()
 
     def _advantages(
         self, samples: list[Sample], scored: _Scored
@@ -245,9 +295,12 @@ class PPOTrainer:
             truncated=torch.tensor([x.truncated for x in samples]),
             values=scored.values,
             final_values=scored.final_values,
+            student_logprobs=scored.old_logprobs,
+            teacher_logprobs=scored.teacher_logprobs,
         )
         estimator = get_advantage_estimator(self.estimator_name)
-        advantages, returns = estimator(batch, AdvantageConfig(gamma=s.gamma, lam=s.lam))
+        config = AdvantageConfig(gamma=s.gamma, lam=s.lam, reward_weight=s.reward_weight)
+        advantages, returns = estimator(batch, config)
         if self.uses_critic and s.normalize_advantages:
             advantages = masked_whiten(advantages, mask)
         return advantages.float(), returns.float(), token_rewards

@@ -10,7 +10,9 @@ class TrainerSettings(BaseModel):
     """PPO/GRPO hyper-parameters and runtime knobs that operators set without editing code."""
 
     # algorithm
-    algo: Literal["ppo", "grpo", "rloo", "reinforce_pp"] = Field("ppo", description="ppo = GAE + critic")
+    algo: Literal["ppo", "grpo", "rloo", "reinforce_pp", "opd"] = Field(
+        "ppo", description="ppo = GAE + critic; opd = on-policy distillation from teachers"
+    )
     gamma: float = Field(1.0, ge=0, le=1)
     lam: float = Field(0.95, ge=0, le=1)
     clip_low: float = Field(0.2, gt=0, lt=1, description="PPO ratio clip below 1")
@@ -24,6 +26,18 @@ class TrainerSettings(BaseModel):
     kl_in_reward: bool = Field(True, description="KL shaped into token rewards (else a loss term)")
     normalize_advantages: bool = Field(True, description="Whiten GAE advantages over the batch")
     tis_cap: float = Field(2.0, gt=0, description="Truncated importance weight cap for stale data")
+    max_staleness: int | None = Field(
+        None, ge=0, description="Versions a token may lag the trainer; older episodes: stale_mode"
+    )
+    stale_mode: Literal["drop", "tis"] = Field(
+        "drop", description="Episodes older than max_staleness: drop them, or keep them with TIS"
+    )
+    # on-policy distillation (algo opd)
+    teachers: dict[str, str] = Field(default_factory=dict, description="Teacher name -> HF directory")
+    routes: dict[str, str] = Field(
+        default_factory=dict, description="Task group (suite) -> teacher name; one teacher needs none"
+    )
+    reward_weight: float = Field(0.0, description="Weight of the task reward's GRPO advantage in opd")
     # optimisation
     actor_lr: float = Field(1e-6, gt=0)
     critic_lr: float = Field(1e-5, gt=0)
@@ -39,7 +53,9 @@ class TrainerSettings(BaseModel):
     gradient_checkpointing: bool = False
     parallel: Literal["ddp", "fsdp"] = Field("ddp", description="Wrapping under torchrun (world size > 1)")
     critic_model_path: str | None = Field(None, description="Critic backbone; default: the actor's")
-    reload_protocol: Literal["builtin", "sglang"] = Field("builtin", description="Policy server reload API")
+    reload_protocol: Literal["builtin", "sglang", "vllm"] = Field(
+        "builtin", description="Policy server weight sync: rlguard policy serve | SGLang | vLLM (dev API)"
+    )
     reload_timeout_s: float = Field(120.0, gt=0)
 
 

@@ -18,9 +18,10 @@ from trainer.data import load_step_data, shard_for_rank
 from trainer.errors import TrainerError
 from trainer.metrics import MetricsLog
 from trainer.ppo import PPOTrainer
-from trainer.reload import reload_policy
+from trainer.reload import WeightSync, make_weight_sync
 from trainer.runtime import Runtime, init_runtime
 from trainer.settings import TrainerSettings
+from trainer.staleness import apply_staleness
 
 
 def resolve_model(model: str | Path) -> Path:
@@ -51,6 +52,7 @@ class TrainingRun:
         policy_url: str | None = None,
         run_name: str | None = None,
         tensorboard: bool = True,
+        weight_sync: WeightSync | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.model_path = Path(model_path)
@@ -70,15 +72,27 @@ class TrainingRun:
         else:
             self.trainer = PPOTrainer.from_pretrained(self.model_path, settings, self.runtime)
         self.metrics = MetricsLog(self.run_dir, tensorboard) if self.runtime.is_main else None
+        self.read_episodes = 0
+        self.dropped_episodes = 0
+        self._weight_sync = weight_sync
 
-    def step(self, max_episodes: int) -> StepResult | None:
-        """Train on up to ``max_episodes`` unconsumed episodes; None when the store has none."""
-        data = load_step_data(self.store, max_episodes, self.settings.max_sequence_tokens)
+    def step(self, max_episodes: int, episode_ids: list[str] | None = None) -> StepResult | None:
+        """Train on up to ``max_episodes`` unconsumed episodes (of ``episode_ids`` when given); None
+        when there is nothing to train on (or all of it was too stale and got dropped)."""
+        data = load_step_data(self.store, max_episodes, self.settings.max_sequence_tokens, episode_ids)
+        staleness = apply_staleness(
+            data.samples, self.trainer.policy_version, self.settings.max_staleness, self.settings.stale_mode
+        )
+        if staleness.dropped and self.runtime.is_main:
+            self.store.drop_sub_trajectories([s.record_id for s in staleness.dropped if s.record_id is not None])
+        self.dropped_episodes += int(staleness.metrics["data/dropped_episodes"])
+        self.read_episodes += data.episodes
         by_group = self.trainer.estimator_name != "gae"
-        mine = shard_for_rank(data.samples, self.runtime.rank, self.runtime.world_size, by_group)
+        kept_ids = [s.record_id for s in staleness.kept if s.record_id is not None]
+        mine = shard_for_rank(staleness.kept, self.runtime.rank, self.runtime.world_size, by_group)
         if self.runtime.all_reduce_max(int(not mine)):
             return None
-        metrics = self.trainer.train_step(mine)
+        metrics = self.trainer.train_step(mine) | staleness.metrics
         step = self.trainer.step
         checkpoint = save_checkpoint(
             self.trainer, self.run_dir / "checkpoints" / f"step-{step:06d}", tokenizer_source=self.model_path
@@ -89,21 +103,24 @@ class TrainingRun:
                 step,
                 str(self.trainer.policy_version),
                 str(checkpoint),
-                data.record_ids,
+                kept_ids,
                 metrics,
             )
         self.runtime.barrier()
         if self.policy_url and self.runtime.is_main:
-            reload_policy(
-                self.policy_url,
-                checkpoint / "actor",
-                str(self.trainer.policy_version),
-                self.settings.reload_protocol,
-                self.settings.reload_timeout_s,
-            )
+            self.weight_sync().push(checkpoint / "actor", str(self.trainer.policy_version))
         if self.metrics is not None:
             self.metrics.log(step, metrics)
         return StepResult(step, checkpoint, metrics)
+
+    def weight_sync(self) -> WeightSync:
+        """How new weights reach the policy server (``reload_protocol``), built on first use."""
+        if self._weight_sync is None:
+            assert self.policy_url is not None
+            self._weight_sync = make_weight_sync(
+                self.settings.reload_protocol, self.policy_url, self.settings.reload_timeout_s
+            )
+        return self._weight_sync
 
     @property
     def policy_checkpoint(self) -> Path:

@@ -248,6 +248,6 @@ def test_reinforce_pp_returns_run_across_subtrajectories(outcome_rewards) -> Non
 
 
 def test_registry_names_every_estimator() -> None:
-    assert set(ADVANTAGE_ESTIMATORS) == {"gae", "grpo", "rloo", "reinforce_pp"}
+    assert set(ADVANTAGE_ESTIMATORS) == {"gae", "grpo", "rloo", "reinforce_pp", "opd"}
     with pytest.raises(ValueError, match="known: gae, grpo"):
         get_advantage_estimator("a2c")

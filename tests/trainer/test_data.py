@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from sqlalchemy import select
@@ -114,7 +115,7 @@ def test_crash_between_training_and_commit_neither_skips_nor_repeats_data(
     store_episode(store, "e9", "suite/a", 1.0, ONE_PART)
     run = open_run()
     assert run.trainer.step == 1 and run.trainer.policy_version == 1
-    monkeypatch.setattr(train_module, "reload_policy", crash)
+    monkeypatch.setattr(train_module, "make_weight_sync", lambda *a, **k: SimpleNamespace(push=crash))
     run.policy_url = "http://127.0.0.1:9/v1"
     with pytest.raises(RuntimeError):
         run.step(max_episodes=10)
