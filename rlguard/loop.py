@@ -9,6 +9,7 @@ reload it; the next round's episodes carry the new policy version.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ class LoopConfig:
     max_tokens_per_turn: int | None = None
     concurrency: int | None = None
     device: str = "cpu"
+    server_process: bool = False  # the policy server in a child process (as the async loop runs it)
 
 
 def run_loop(
@@ -57,14 +59,21 @@ def run_loop(
         init_runtime(device=config.device),
         run_name=str(Path(config.run_dir).resolve())[-200:],
     )
-    server = build_server(str(run.policy_checkpoint), config.device, app_settings.rollout.policy)
+    if config.server_process:
+        from rlguard.policy_process import policy_server_process
+
+        serving = policy_server_process(run.policy_checkpoint, config.device, str(run.trainer.policy_version))
+    else:
+        server = build_server(str(run.policy_checkpoint), config.device, app_settings.rollout.policy)
+        serving = serve_in_thread(server.app, startup_timeout_s=120)
     summaries: list[dict[str, Any]] = []
     try:
         with (
-            serve_in_thread(server.app, startup_timeout_s=120) as policy_url,
+            serving as policy_url,
             local_gateway(app_settings) as gw,
         ):
             run.policy_url = policy_url
+            started = time.perf_counter()  # servers up: from here on, rollout and training only
             for round_index in range(config.iterations):
                 spec = RolloutSpec(
                     gateway_url=gw.url,
@@ -93,6 +102,7 @@ def run_loop(
                     "policy_version": run.trainer.policy_version,
                     "checkpoint": str(step.checkpoint / "actor") if step else None,
                     "metrics": step.metrics if step else {},
+                    "seconds": time.perf_counter() - started,
                 }
                 summaries.append(summary)
                 if on_round is not None:
