@@ -186,6 +186,19 @@ def train_one(
 
     ``config`` replaces the horizon's environment (ablations such as ``reopen_summary=False``).
     """
+    return train_policy(algo, horizon, seed, budget_tokens, hp, eval_episodes, config)[1]
+
+
+def train_policy(
+    algo: str,
+    horizon: str,
+    seed: int,
+    budget_tokens: int,
+    hp: HyperParams | None = None,
+    eval_episodes: int = EVAL_EPISODES,
+    config: EnvConfig | None = None,
+) -> tuple[GRUNet, RunResult]:
+    """:func:`train_one`, also returning the trained actor (the distillation benchmark's teachers)."""
     if algo not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algo!r}; use one of {sorted(ALGORITHMS)}")
     if horizon not in HORIZONS:
@@ -266,7 +279,7 @@ def train_one(
 
     final = evaluate(actor, config, eval_episodes, seed + 10_000)
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-    return RunResult(algo, horizon, seed, final, spent, iteration, wall, cpu, curve)
+    return actor, RunResult(algo, horizon, seed, final, spent, iteration, wall, cpu, curve)
 
 
 def _run_job(job: tuple[str, str, int, int, HyperParams]) -> RunResult:
