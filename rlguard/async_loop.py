@@ -33,6 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlguard.local_gateway import local_gateway
+from rlguard.policy_process import policy_server_process
+from rlguard.settings import get_settings
+from rlguard.tinymodel import resolve_model_name
+from rollout.agent import AgentConfig
+from rollout.policy_server import build_server
+from rollout.runner import RolloutContext, RolloutSpec, run_one
+from rollout.serving import serve_in_thread
 from trainer.runtime import init_runtime
 from trainer.settings import TrainerSettings
 from trainer.train import TrainingRun, resolve_model
@@ -157,17 +165,10 @@ def run_async_loop(
     step_timeout_s: float = 1800.0,
 ) -> dict[str, Any]:
     """Play ``config.total_episodes`` episodes while training on them as they land; a summary."""
-    from rlguard.policy_process import policy_server_process
-    from rlguard.settings import get_settings
-    from rollout.agent import AgentConfig
-    from rollout.local_gateway import local_gateway
-    from rollout.policy_server import build_server
-    from rollout.runner import RolloutContext, RolloutSpec, run_one
-    from rollout.serving import serve_in_thread
 
     settings = settings.model_copy(update={"max_staleness": config.max_staleness})
     app_settings = get_settings()
-    model_path = resolve_model(config.model)
+    model_path = resolve_model(resolve_model_name(config.model))
     run = TrainingRun(
         config.run_dir,
         model_path,

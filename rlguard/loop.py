@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlguard.local_gateway import local_gateway
+from rlguard.policy_process import policy_server_process
 from rlguard.settings import get_settings
 from rlguard.tinymodel import resolve_model_name
 from rollout.agent import AgentConfig
@@ -60,8 +61,6 @@ def run_loop(
         run_name=str(Path(config.run_dir).resolve())[-200:],
     )
     if config.server_process:
-        from rlguard.policy_process import policy_server_process
-
         serving = policy_server_process(run.policy_checkpoint, config.device, str(run.trainer.policy_version))
     else:
         server = build_server(str(run.policy_checkpoint), config.device, app_settings.rollout.policy)

@@ -35,8 +35,8 @@ def run_loop_bench(
 ) -> dict[str, Any]:
     """Run both loops on ``episodes`` episodes; the comparison as a flat dict of numbers."""
     from rlguard.async_loop import AsyncLoopConfig, run_async_loop
+    from rlguard.loop import LoopConfig, run_loop
     from rlguard.settings import get_settings
-    from trainer.loop import LoopConfig, run_loop
 
     if episodes < 2 * episodes_per_step:
         raise ValueError(f"need at least two steps' episodes ({2 * episodes_per_step}), got {episodes}")

@@ -172,7 +172,38 @@ def bench_rollout(
     return run_bench(episodes=episodes, concurrency=concurrency)
 
 
-ALGOS = ("ppo", "grpo", "rloo", "reinforce_pp")
+ALGOS = ("ppo", "grpo", "rloo", "reinforce_pp", "opd")
+
+
+def parse_pairs(values: list[str], option: str) -> dict[str, str]:
+    """``["a=x", "b=y"]`` -> ``{"a": "x", "b": "y"}``; a clear error for anything else."""
+    pairs: dict[str, str] = {}
+    for value in values:
+        key, sep, target = value.partition("=")
+        if not sep or not key.strip() or not target.strip():
+            raise TrainerError(f"{option} takes KEY=VALUE, got {value!r}")
+        if key.strip() in pairs:
+            raise TrainerError(f"{option} {key.strip()!r} given twice")
+        pairs[key.strip()] = target.strip()
+    return pairs
+
+
+def teacher_settings(teachers: list[str], routes: list[str], reward_weight: float | None) -> dict[str, Any]:
+    """Trainer settings for ``--algo opd``: teacher directories (``tiny`` allowed) and routes."""
+    from trainer.train import resolve_model
+
+    named = {
+        name: str(resolve_model(resolve_model_name(path)))
+        for name, path in parse_pairs(teachers, "--teacher").items()
+    }
+    routed = parse_pairs(routes, "--route")
+    unknown = sorted(set(routed.values()) - set(named))
+    if unknown:
+        raise TrainerError(f"--route names unknown teachers {unknown}; --teacher gave {sorted(named)}")
+    values: dict[str, Any] = {"teachers": named, "routes": routed} if named else {}
+    if reward_weight is not None:
+        values["reward_weight"] = reward_weight
+    return values
 
 
 def _settings(algo: str, overrides: dict[str, Any]):
@@ -216,7 +247,7 @@ def _info(metrics: dict[str, float]) -> str:
 
 
 def train(
-    algo: str = typer.Option("ppo", "--algo", help="ppo (GAE + critic) | grpo | rloo | reinforce_pp"),
+    algo: str = typer.Option("ppo", "--algo", help="ppo (GAE + critic) | grpo | rloo | reinforce_pp | opd"),
     model: str = typer.Option("tiny", "--model", help="HF model directory, or 'tiny' (built locally)"),
     steps: int = typer.Option(1, "--steps", min=1, help="Training steps to run"),
     out: Path = typer.Option(Path("runs/train"), "--out", help="Run directory (checkpoints, metrics)"),
@@ -229,8 +260,15 @@ def train(
     kl_coef: float | None = typer.Option(None, "--kl-coef"),
     ppo_epochs: int | None = typer.Option(None, "--ppo-epochs"),
     device: str | None = typer.Option(None, "--device", help="cpu or cuda (default: cuda when present)"),
+    teacher: list[str] = typer.Option([], "--teacher", help="opd: NAME=PATH of a teacher (repeatable)"),
+    route: list[str] = typer.Option([], "--route", help="opd: GROUP=NAME, a task group's teacher"),
+    reward_weight: float | None = typer.Option(None, "--reward-weight", help="opd: weight of task reward"),
 ) -> None:
     """Train on the store's unconsumed episodes: checkpoint each step, then reload the policy server.
+
+    ``--algo opd`` distils teachers into the policy: each sample's tokens are scored by the teacher
+    its task group (the suite) is routed to, and the advantage of each action token is the teacher's
+    logprob minus the student's (reverse KL), plus ``--reward-weight`` x the task reward's.
 
     Under ``torchrun --nproc_per_node N -m rlguard train ...`` it runs data-parallel (DDP, or
     FSDP2 with RLGUARD_TRAINER__PARALLEL=fsdp).
@@ -238,8 +276,12 @@ def train(
     from trainer.runtime import init_runtime, shutdown_runtime
     from trainer.train import TrainingRun, resolve_model
 
+    if algo == "opd" and not teacher:
+        raise TrainerError("--algo opd needs at least one --teacher NAME=PATH")
     settings = _settings(
-        algo, {"actor_lr": actor_lr, "critic_lr": critic_lr, "kl_coef": kl_coef, "ppo_epochs": ppo_epochs}
+        algo,
+        {"actor_lr": actor_lr, "critic_lr": critic_lr, "kl_coef": kl_coef, "ppo_epochs": ppo_epochs}
+        | teacher_settings(teacher, route, reward_weight),
     )
     url = database_url or get_settings().resolved_database_url
     runtime = init_runtime(settings.parallel, device=device)
@@ -282,11 +324,43 @@ def loop(
     max_turns: int | None = typer.Option(None, "--max-turns", min=1),
     max_tokens_per_turn: int | None = typer.Option(None, "--max-tokens-per-turn", min=1),
     as_json: bool = typer.Option(False, "--json", help="Print each round's summary as JSON"),
+    mode: str = typer.Option("sync", "--mode", help="sync: rollout and training in turn; async: overlapped"),
+    max_staleness: int = typer.Option(1, "--max-staleness", min=0, help="async: versions a token may lag"),
+    episodes: int | None = typer.Option(None, "--episodes", min=1, help="async: total episodes to play"),
+    episodes_per_step: int = typer.Option(2, "--episodes-per-step", min=1, help="async: episodes per step"),
+    workers: int = typer.Option(2, "--workers", min=1, help="async: episodes in flight"),
+    queue_size: int | None = typer.Option(
+        None, "--queue-size", min=1, help="async: the trainer queue's bound"
+    ),
 ) -> None:
-    """The closed loop on the built-in policy server and tasks: rollout, train, reload, repeat."""
+    """The closed loop on the built-in policy server and tasks: rollout, train, reload, repeat.
+
+    ``--mode async`` overlaps them: workers keep playing while the trainer trains on what landed,
+    episodes in flight go on with new weights, and nothing older than ``--max-staleness`` versions
+    is trained on (the rollout is held back, and what still got too old is dropped).
+    """
+    if mode not in ("sync", "async"):
+        raise TrainerError(f"--mode must be sync or async, not {mode!r}")
+    settings = _settings(algo, {})
+    if mode == "async":
+        _loop_async(
+            settings,
+            as_json,
+            model=model,
+            total_episodes=episodes or iterations * episodes_per_step,
+            episodes_per_step=episodes_per_step,
+            workers=workers,
+            queue_size=queue_size or (max_staleness + 1) * episodes_per_step,
+            max_staleness=max_staleness,
+            suites=tuple(tasks),
+            task_filter=tuple(task),
+            run_dir=out,
+            max_turns=max_turns,
+            max_tokens_per_turn=max_tokens_per_turn,
+        )
+        return
     from rlguard.loop import LoopConfig, run_loop
 
-    settings = _settings(algo, {})
     config = LoopConfig(
         model=model,
         iterations=iterations,
@@ -300,6 +374,44 @@ def loop(
     rounds = run_loop(config, settings, on_round=None if as_json else _print_round)
     if as_json:
         print(json.dumps(rounds, indent=2))
+
+
+def _loop_async(settings: Any, as_json: bool, **options: Any) -> None:
+    from rlguard.async_loop import AsyncLoopConfig, run_async_loop
+
+    try:
+        config = AsyncLoopConfig(**options)
+    except ValueError as exc:
+        raise TrainerError(str(exc)) from None
+    summary = run_async_loop(config, settings, on_step=None if as_json else _print_step)
+    if as_json:
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        console.print({k: v for k, v in summary.items() if k != "per_step"})
+
+
+def _print_step(summary: dict[str, Any]) -> None:
+    metrics = summary["metrics"]
+    console.print(
+        f"step {summary['step']}: {summary['episodes']} episodes, policy {summary['policy_version']}, "
+        f"queue {summary['queue']}, staleness {metrics.get('data/staleness_mean', 0.0):.2f}, "
+        f"dropped {metrics.get('data/dropped_episodes', 0.0):.0f}"
+    )
+
+
+def bench_loop(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON"),
+    episodes: int = typer.Option(16, "--episodes", min=4, help="Episodes through each loop"),
+    episodes_per_step: int = typer.Option(2, "--episodes-per-step", min=1),
+    max_staleness: int = typer.Option(1, "--max-staleness", min=0),
+) -> dict[str, Any]:
+    """The same episodes through ``loop --mode sync`` and ``--mode async`` (tiny model, builtin tasks)."""
+    from rlguard.loop_bench import run_loop_bench
+
+    try:
+        return run_loop_bench(episodes, episodes_per_step, max_staleness)
+    except ValueError as exc:
+        raise TrainerError(str(exc)) from None
 
 
 def _print_round(summary: dict[str, Any]) -> None:
@@ -317,3 +429,4 @@ def register(app: typer.Typer, bench: typer.Typer) -> None:
     bench.command("rollout")(bench_rollout)
     app.command("train")(train)
     app.command("loop")(loop)
+    bench.command("loop")(bench_loop)

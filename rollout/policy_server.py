@@ -171,7 +171,8 @@ class PolicyServer:
         if req.return_token_ids:
             choice["token_ids"] = out.token_ids
             choice["prompt_token_ids"] = prompt_ids
-        return self._envelope("cmpl", "text_completion", choice, len(prompt_ids), len(out.token_ids), version)
+        sizes = (len(prompt_ids), len(out.token_ids))
+        return self._envelope("cmpl", "text_completion", choice, *sizes, version)
 
     async def chat(self, req: ChatRequest) -> dict[str, Any]:
         if req.stream:
@@ -216,7 +217,9 @@ class PolicyServer:
                     for s, lp in zip(self._token_strings(out.token_ids), out.logprobs, strict=True)
                 ]
             }
-        return self._envelope("chatcmpl", "chat.completion", choice, len(prompt_ids), len(out.token_ids), version)
+        return self._envelope(
+            "chatcmpl", "chat.completion", choice, len(prompt_ids), len(out.token_ids), version
+        )
 
     def _envelope(
         self,

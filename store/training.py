@@ -41,9 +41,7 @@ class TrainingQueries:
 
     sessions: sessionmaker[Session]
 
-    def trainable_episodes(
-        self, max_episodes: int, only: list[str] | None = None
-    ) -> list[TrainableEpisode]:
+    def trainable_episodes(self, max_episodes: int, only: list[str] | None = None) -> list[TrainableEpisode]:
         """Up to ``max_episodes`` oldest ended, rewarded episodes none of whose sub-trajectories is
         untrainable, with every sub-trajectory that is not consumed yet (the caller checks the chain);
         among the episodes ``only`` names when given (the asynchronous loop's queue)."""

@@ -9,6 +9,7 @@ SQLAlchemy and the packages behind them load only for the command that runs.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -18,6 +19,7 @@ from rich.table import Table
 from trainer.errors import TrainerError
 
 console = Console()
+
 
 def plot(run_dir: Path = typer.Argument(..., help="A run directory holding metrics.jsonl")) -> None:
     """Draw a run's curves (each metric; learning curves for bench learn) to PNG files beside it."""
@@ -96,8 +98,48 @@ def bench_learn(
         console.print(str(path))
 
 
+def bench_distill(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON"),
+    distill_tokens: int | None = typer.Option(None, "--distill-tokens", min=1000, help="Student's budget"),
+    teacher_tokens: int | None = typer.Option(
+        None, "--teacher-tokens", min=1000, help="Long teacher's budget"
+    ),
+) -> None:
+    """Two PPO experts (short / long horizon) distilled into one fresh student (on-policy, reverse KL)."""
+    from trainer.bench.distill_bench import DistillParams, run_distill_bench
+
+    params = DistillParams()
+    if distill_tokens is not None:
+        params = replace(params, distill_budget=distill_tokens)
+    if teacher_tokens is not None:
+        params = replace(params, teacher_budget={**params.teacher_budget, "long": teacher_tokens})
+    result = run_distill_bench(params)
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    table = Table(title="rlguard bench distill")
+    for column in ("group", "teacher", "student before", "student after", "after / teacher", "reverse KL"):
+        table.add_column(column)
+    for group in result["teacher_success"]:
+        table.add_row(
+            group,
+            f"{result['teacher_success'][group]:.3f}",
+            f"{result['student_success_before'][group]:.3f}",
+            f"{result['student_success_after'][group]:.3f}",
+            f"{result['student_vs_teacher'][group]:.2f}",
+            f"{result['reverse_kl_by_group_before'][group]:.3f} -> "
+            f"{result['reverse_kl_by_group_after'][group]:.3f}",
+        )
+    console.print(table)
+    console.print(
+        f"reverse KL {result['reverse_kl_before']:.3f} -> {result['reverse_kl_after']:.3f} "
+        f"({result['reverse_kl_reduction']:.1f}x); {result['seconds']:.0f} s"
+    )
+
+
 def register(app: typer.Typer, bench: typer.Typer) -> None:
     """Add this package's commands to the root app and its benchmarks to ``rlguard bench``."""
     app.command("plot")(plot)
     bench.command("train")(bench_train)
     bench.command("learn")(bench_learn)
+    bench.command("distill")(bench_distill)

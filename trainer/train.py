@@ -84,7 +84,9 @@ class TrainingRun:
             data.samples, self.trainer.policy_version, self.settings.max_staleness, self.settings.stale_mode
         )
         if staleness.dropped and self.runtime.is_main:
-            self.store.drop_sub_trajectories([s.record_id for s in staleness.dropped if s.record_id is not None])
+            self.store.drop_sub_trajectories(
+                [s.record_id for s in staleness.dropped if s.record_id is not None]
+            )
         self.dropped_episodes += int(staleness.metrics["data/dropped_episodes"])
         self.read_episodes += data.episodes
         by_group = self.trainer.estimator_name != "gae"

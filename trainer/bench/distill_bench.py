@@ -3,9 +3,9 @@
 Why: the trainer's ``--algo opd`` claims that a student sampling its own episodes, each token scored
 by the expert of the task's group, learns every expert's skill at once from a dense per-token
 signal (the reverse KL), with no critic and no reward. This benchmark checks that on the learning
-benchmark's environment (``trainer.synthetic_env``), where it runs in minutes on a CPU:
+benchmark's environment (``trainer.bench.synthetic_env``), where it runs in minutes on a CPU:
 
-1. two teachers are trained with PPO (``trainer.learn_bench``), one per task group: ``short``
+1. two teachers are trained with PPO (``trainer.bench.learn_bench``), one per task group: ``short``
    (one turn: read the key, answer it) and ``long`` (several turns, compaction, the key carried
    through summaries);
 2. a fresh student of the same architecture samples episodes of both groups; each episode's tokens
@@ -32,9 +32,9 @@ import torch
 from torch import nn
 
 from trainer.advantages import AdvantageBatch, AdvantageConfig, get_advantage_estimator, place_episode_rewards
-from trainer.learn_bench import EVAL_EPISODES, GRUNet, HyperParams, evaluate, score_tokens, train_policy
+from trainer.bench.learn_bench import EVAL_EPISODES, GRUNet, HyperParams, evaluate, score_tokens, train_policy
+from trainer.bench.synthetic_env import HORIZONS, PAD, EnvConfig, Rollout, rollout, sample_tasks
 from trainer.losses import compute_policy_loss
-from trainer.synthetic_env import HORIZONS, PAD, EnvConfig, Rollout, rollout, sample_tasks
 
 GROUPS = ("short", "long")
 
