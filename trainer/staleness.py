@@ -13,8 +13,9 @@ weights changed while the episode was in flight). The staleness of an action tok
   never sees half an episode); ``mode="tis"`` keeps it and lets truncated importance sampling bound
   its weight, as for fresher data.
 
-Both are counted in the step's metrics (``data/dropped_episodes``, ``data/dropped_fraction``,
-``data/staleness_mean``, ``data/staleness_max``, ``data/mixed_version_fraction``).
+Both are counted in the step's metrics: ``data/dropped_episodes`` and ``data/dropped_fraction`` (of
+the episodes read), ``data/staleness_mean`` and ``data/staleness_max`` (over the action tokens
+trained on), ``data/mixed_version_fraction`` (rows read whose tokens come from several versions).
 """
 
 from __future__ import annotations
@@ -50,11 +51,11 @@ def apply_staleness(
     if mode not in ("drop", "tis"):
         raise ValueError(f"staleness mode must be 'drop' or 'tis', not {mode!r}")
     worst: dict[int, int] = {}
-    all_tokens: list[int] = []
+    per_sample: list[list[int]] = []
     mixed = 0
     for sample in samples:
         tokens = token_staleness(sample, current_version)
-        all_tokens.extend(tokens)
+        per_sample.append(tokens)
         worst[sample.episode_id] = max(worst.get(sample.episode_id, 0), max(tokens, default=0))
         mixed += len({v for v, m in zip(sample.versions(), sample.action_mask, strict=True) if m}) > 1
     too_old = (
@@ -64,10 +65,16 @@ def apply_staleness(
     )
     kept = [s for s in samples if s.episode_id not in too_old]
     dropped = [s for s in samples if s.episode_id in too_old]
+    trained = [
+        t
+        for s, tokens in zip(samples, per_sample, strict=True)
+        if s.episode_id not in too_old
+        for t in tokens
+    ]
     episodes = len(worst)
     metrics = {
-        "data/staleness_mean": sum(all_tokens) / len(all_tokens) if all_tokens else 0.0,
-        "data/staleness_max": float(max(all_tokens, default=0)),
+        "data/staleness_mean": sum(trained) / len(trained) if trained else 0.0,
+        "data/staleness_max": float(max(trained, default=0)),
         "data/mixed_version_fraction": mixed / len(samples) if samples else 0.0,
         "data/dropped_episodes": float(len(too_old)),
         "data/dropped_fraction": len(too_old) / episodes if episodes else 0.0,

@@ -54,6 +54,7 @@ class DistillParams:
     clip: float = 0.2
     reward_weight: float = 0.0
     eval_episodes: int = EVAL_EPISODES
+    groups: tuple[str, ...] = GROUPS
 
 
 def _teacher_job(job: tuple[str, int, int]) -> tuple[str, dict[str, torch.Tensor], float, float]:
@@ -66,7 +67,7 @@ def _teacher_job(job: tuple[str, int, int]) -> tuple[str, dict[str, torch.Tensor
 def train_teachers(params: DistillParams, workers: int = 2) -> tuple[dict[str, GRUNet], dict[str, float]]:
     """One PPO teacher per group, trained in parallel processes; (teachers, their training seconds)."""
     hp = HyperParams()
-    jobs = [(g, params.teacher_seed, params.teacher_budget[g]) for g in GROUPS]
+    jobs = [(g, params.teacher_seed, params.teacher_budget[g]) for g in params.groups]
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         done = list(pool.map(_teacher_job, jobs))
@@ -79,7 +80,7 @@ def train_teachers(params: DistillParams, workers: int = 2) -> tuple[dict[str, G
 
 
 @torch.no_grad()
-def exact_reverse_kl(student: GRUNet, teacher: GRUNet, ro: Rollout, config: EnvConfig) -> float:
+def exact_reverse_kl(student: GRUNet, teacher: nn.Module, ro: Rollout, config: EnvConfig) -> float:
     """Mean over the action tokens of ``KL(pi_student(.|s) || pi_teacher(.|s))`` (legal actions)."""
     _, student_logits = score_tokens(student, ro.tokens, config)
     _, teacher_logits = score_tokens(teacher, ro.tokens, config)
@@ -90,10 +91,10 @@ def exact_reverse_kl(student: GRUNet, teacher: GRUNet, ro: Rollout, config: EnvC
     return float((per_token * mask).sum() / mask.sum())
 
 
-def measure(student: GRUNet, teachers: dict[str, GRUNet], episodes: int, seed: int) -> dict[str, Any]:
+def measure(student: GRUNet, teachers: dict[str, nn.Module], episodes: int, seed: int) -> dict[str, Any]:
     """Success per group and reverse KL to the group's teacher, on fresh tasks (sampling policy)."""
     success, kl = {}, {}
-    for i, group in enumerate(GROUPS):
+    for i, group in enumerate(teachers):
         config = HORIZONS[group]
         success[group] = evaluate(student, config, episodes, seed + i)
         generator = torch.Generator().manual_seed(seed + 100 + i)
@@ -108,7 +109,7 @@ def _pad(x: torch.Tensor, width: int, value: float) -> torch.Tensor:
 
 def distill_step(
     student: GRUNet,
-    teachers: dict[str, GRUNet],
+    teachers: dict[str, nn.Module],
     optimizer: torch.optim.Optimizer,
     params: DistillParams,
     generator: torch.Generator,
@@ -116,7 +117,7 @@ def distill_step(
     """Sample both groups, score with the routed teachers, one clipped update; (tokens, sampled KL)."""
     opd = get_advantage_estimator("opd")
     parts = []
-    for index, group in enumerate(GROUPS):
+    for index, group in enumerate(params.groups):
         config = HORIZONS[group]
         tasks = sample_tasks(config, params.tasks_per_group, generator)
         ro = rollout(
@@ -178,12 +179,13 @@ def distill(teachers: dict[str, GRUNet], params: DistillParams) -> tuple[GRUNet,
 def run_distill_bench(params: DistillParams | None = None) -> dict[str, Any]:
     """Teachers, the student before and after distillation, and the time it all took."""
     params = params or DistillParams()
-    if set(params.teacher_budget) != set(GROUPS):
-        raise ValueError(f"teacher_budget needs exactly the groups {GROUPS}")
+    if not set(params.groups) <= set(params.teacher_budget) or not set(params.groups) <= set(HORIZONS):
+        raise ValueError(f"groups {params.groups}: each needs a teacher budget and one of {sorted(HORIZONS)}")
     started = time.perf_counter()
     teachers, teacher_seconds = train_teachers(params)
     teacher_success = {
-        g: evaluate(teachers[g], HORIZONS[g], params.eval_episodes, 20_000 + i) for i, g in enumerate(GROUPS)
+        g: evaluate(teachers[g], HORIZONS[g], params.eval_episodes, 20_000 + i)
+        for i, g in enumerate(params.groups)
     }
     torch.manual_seed(params.student_seed)
     hp = HyperParams()
@@ -194,7 +196,7 @@ def run_distill_bench(params: DistillParams | None = None) -> dict[str, Any]:
     student, curve = distill(teachers, params)
     distill_seconds = time.perf_counter() - distill_started
     after = measure(student, teachers, params.eval_episodes, 30_000)
-    ratio = {g: after["success"][g] / teacher_success[g] if teacher_success[g] else 0.0 for g in GROUPS}
+    ratio = {g: after["success"][g] / max(teacher_success[g], 1e-9) for g in params.groups}
     return {
         "teacher_success": teacher_success,
         "student_success_before": before["success"],
