@@ -196,6 +196,7 @@ def run_async_loop(
             local_gateway(app_settings) as gw,
         ):
             run.policy_url = policy_url
+            weights = run.weight_sync()  # knows the version the server serves: episodes record it
             spec = RolloutSpec(
                 gateway_url=gw.url,
                 admin_token=gw.admin_token,
@@ -205,12 +206,14 @@ def run_async_loop(
                 model=str(model_path),
                 policy_version=str(run.trainer.policy_version),
                 config=AgentConfig.from_settings(
-                    max_turns=config.max_turns, max_tokens_per_turn=config.max_tokens_per_turn
+                    app_settings.rollout,
+                    max_turns=config.max_turns,
+                    max_tokens_per_turn=config.max_tokens_per_turn,
                 ),
             )
 
             async def play() -> None:
-                ctx = RolloutContext(spec)
+                ctx = RolloutContext(spec, version_source=weights.current_version)
                 try:
                     plan = ctx.episode_specs(1, list(config.task_filter) or None)
                     if not plan:

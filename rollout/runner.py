@@ -51,7 +51,9 @@ class RolloutSpec:
 class RolloutContext:
     """The live objects behind a ``RolloutSpec`` (one per process)."""
 
-    def __init__(self, spec: RolloutSpec) -> None:
+    def __init__(self, spec: RolloutSpec, version_source: Callable[[], str] | None = None) -> None:
+        """``version_source``: the version the policy server serves now, when the caller pushes the
+        weights and knows it (the asynchronous loop); new episodes and unlabelled spans record it."""
         from transformers import AutoTokenizer
 
         self.spec = spec
@@ -71,7 +73,11 @@ class RolloutContext:
             raise ValueError("a completions or chat policy needs a policy_url")
         elif spec.policy == "completions":
             self._shared = CompletionsPolicy(
-                spec.policy_url, spec.served_model_name, spec.policy_version, spec.api_key
+                spec.policy_url,
+                spec.served_model_name,
+                spec.policy_version,
+                spec.api_key,
+                version_source=version_source,
             )
         else:
             self._shared = ChatCompletionsPolicy(

@@ -120,7 +120,10 @@ class TrainingRun:
         if self._weight_sync is None:
             assert self.policy_url is not None
             self._weight_sync = make_weight_sync(
-                self.settings.reload_protocol, self.policy_url, self.settings.reload_timeout_s
+                self.settings.reload_protocol,
+                self.policy_url,
+                self.settings.reload_timeout_s,
+                initial_version=str(self.trainer.policy_version),
             )
         return self._weight_sync
 
