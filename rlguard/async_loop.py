@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from rlguard.local_gateway import local_gateway
-from rlguard.policy_process import policy_server_process
+from rlguard.policy_process import gateway_process, policy_server_process
 from rlguard.settings import get_settings
 from rlguard.tinymodel import resolve_model_name
 from rollout.agent import AgentConfig
@@ -63,6 +63,7 @@ class AsyncLoopConfig:
     max_tokens_per_turn: int | None = None
     device: str = "cpu"
     server_process: bool = True  # the policy server in its own process (no shared interpreter lock)
+    gateway_process: bool = True  # the gateway too
 
     def __post_init__(self) -> None:
         for name in ("total_episodes", "episodes_per_step", "workers", "queue_size"):
@@ -193,7 +194,7 @@ def run_async_loop(
     try:
         with (
             serving as policy_url,
-            local_gateway(app_settings) as gw,
+            gateway_process(app_settings) if config.gateway_process else local_gateway(app_settings) as gw,
         ):
             run.policy_url = policy_url
             weights = run.weight_sync()  # knows the version the server serves: episodes record it

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlguard.local_gateway import local_gateway
-from rlguard.policy_process import policy_server_process
+from rlguard.policy_process import gateway_process, policy_server_process
 from rlguard.settings import get_settings
 from rlguard.tinymodel import resolve_model_name
 from rollout.agent import AgentConfig
@@ -41,6 +41,7 @@ class LoopConfig:
     concurrency: int | None = None
     device: str = "cpu"
     server_process: bool = False  # the policy server in a child process (as the async loop runs it)
+    gateway_process: bool = False  # the gateway in a child process (as the async loop runs it)
 
 
 def run_loop(
@@ -69,7 +70,7 @@ def run_loop(
     try:
         with (
             serving as policy_url,
-            local_gateway(app_settings) as gw,
+            gateway_process(app_settings) if config.gateway_process else local_gateway(app_settings) as gw,
         ):
             run.policy_url = policy_url
             started = time.perf_counter()  # servers up: from here on, rollout and training only

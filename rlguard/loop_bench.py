@@ -1,14 +1,13 @@
 """``rlguard bench loop``: the same budget of episodes through the sync and the async loop.
 
 Both run the tiny model on built-in tasks through the real gateway (Docker sandboxes), with the policy
-server in its own process, the same episodes per training step and the same number of episodes in
-flight; each is timed from the moment
-its servers are up to its last training step (server start-up is the same for both and left out).
-``async_vs_sync`` is the ratio of episodes per second. What bounds it on a small machine: the sync
-loop spends ``rollout + train + reload`` per round, the async loop ``max(rollout, train + reload)``
-when the two do not compete for cores, so the ratio is at most ``1 + min/max`` of the two phases
-(2 when they are equal) and falls as they share the CPUs (policy server, trainer and sandboxes all
-run on the same cores here).
+server and the gateway in their own processes, the same episodes per training step and the same
+number of episodes in flight; each is timed from the moment its servers are up to its last training
+step (server start-up is the same for both and left out). ``async_vs_sync`` is the ratio of
+episodes per second. What bounds it on a small machine: the sync loop spends ``rollout + train +
+reload`` per round, the async loop ``max(rollout, train + reload)`` when the two do not compete for
+cores, so the ratio is at most ``1 + min/max`` of the two phases (2 when they are equal) and falls
+as they share the CPUs (policy server, trainer, gateway and sandboxes all run on the same cores).
 """
 
 from __future__ import annotations
@@ -62,6 +61,7 @@ def run_loop_bench(
                         max_turns=max_turns,
                         max_tokens_per_turn=max_tokens_per_turn,
                         server_process=True,
+                        gateway_process=True,
                     ),
                     settings,
                 )
@@ -80,6 +80,7 @@ def run_loop_bench(
                         max_turns=max_turns,
                         max_tokens_per_turn=max_tokens_per_turn,
                         server_process=True,
+                        gateway_process=True,
                     ),
                     settings,
                 )

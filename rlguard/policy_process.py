@@ -1,9 +1,10 @@
-"""``rlguard policy serve`` in a child process on a loopback port, for the loops.
+"""``rlguard policy serve`` and ``rlguard serve`` (the gateway) in child processes on loopback ports.
 
-Why a process: the loop's trainer, rollout workers and gateway are Python threads of one process;
-a policy server there shares their interpreter lock, so generation and the optimiser's Python work
-take turns instead of overlapping. A separate process is also how vLLM or SGLang serve in
-production; weights still arrive through its HTTP reload endpoint (``trainer.reload``).
+Why processes: the loop's trainer and rollout workers are Python threads of one process; a policy
+server or a gateway there shares their interpreter lock, so generation, tool calls and the
+optimiser's Python work take turns instead of overlapping. Separate processes are also how vLLM or
+SGLang and the gateway run in production; weights still arrive through the server's HTTP reload
+endpoint (``trainer.reload``), and the gateway reads the same settings (environment) as this process.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from typing import IO
 import httpx
 
 from rlguard.errors import RlguardError
+from rlguard.gateway.auth import ensure_admin_token
+from rlguard.local_gateway import LocalGateway
+from rlguard.settings import Settings
 
 
 def _free_port(host: str) -> int:
@@ -41,35 +45,60 @@ def policy_server_process(
     port = _free_port(host)
     command = [sys.executable, "-m", "rlguard", "policy", "serve", "--model", str(model),
                "--device", device, "--host", host, "--port", str(port)]  # fmt: skip
+    with _child(command, f"http://{host}:{port}", "/health", startup_timeout_s, "policy server") as url:
+        if version != "0":
+            httpx.post(f"{url}/reload_weights", json={"path": str(model), "version": version}, timeout=300)
+        yield url
+
+
+@contextlib.contextmanager
+def gateway_process(
+    settings: Settings, host: str = "127.0.0.1", startup_timeout_s: float = 300.0
+) -> Iterator[LocalGateway]:
+    """Yield the gateway (URL and admin token) of a child ``rlguard serve`` on a loopback port.
+
+    The child reads its settings from this process's environment, as ``settings`` was; the admin
+    token is made (or read) here first, in the state directory both share.
+    """
+    token = ensure_admin_token(settings)
+    port = _free_port(host)
+    command = [sys.executable, "-m", "rlguard", "serve", "--host", host, "--port", str(port)]
+    with _child(command, f"http://{host}:{port}", "/healthz", startup_timeout_s, "gateway", 60) as url:
+        yield LocalGateway(url, token, settings)
+
+
+@contextlib.contextmanager
+def _child(
+    command: list[str], url: str, health: str, startup_timeout_s: float, what: str, stop_timeout_s: float = 15
+) -> Iterator[str]:
     with tempfile.TemporaryFile() as log:  # a file, not a pipe: a chatty child never blocks on it
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
         try:
-            _wait_until_up(process, log, f"http://{host}:{port}", startup_timeout_s)
-            if version != "0":
-                body = {"path": str(model), "version": version}
-                httpx.post(f"http://{host}:{port}/reload_weights", json=body, timeout=300)
-            yield f"http://{host}:{port}"
+            _wait_until_up(process, log, url + health, startup_timeout_s, what)
+            yield url
         finally:
-            process.terminate()
+            process.terminate()  # graceful: the gateway shuts its sandboxes down
             try:
-                process.wait(timeout=15)
+                process.wait(timeout=stop_timeout_s)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
 
 
-def _wait_until_up(process: subprocess.Popen[bytes], log: IO[bytes], url: str, timeout_s: float) -> None:
+def _wait_until_up(
+    process: subprocess.Popen[bytes], log: IO[bytes], health_url: str, timeout_s: float, what: str
+) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         if process.poll() is not None:
             log.seek(0)
             error = log.read().decode(errors="replace")[-2000:]
-            raise RlguardError(f"the policy server exited with {process.returncode}: {error}")
+            raise RlguardError(f"the {what} exited with {process.returncode}: {error}")
         try:
-            if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
+            if httpx.get(health_url, timeout=2.0).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         if time.monotonic() > deadline:
-            raise RlguardError(f"the policy server did not answer within {timeout_s:.0f} s")
+            raise RlguardError(f"the {what} did not answer within {timeout_s:.0f} s")
         time.sleep(0.2)
