@@ -107,10 +107,20 @@ class HFEngine:
 
     def reload(self, path: Path | str) -> None:
         """Swap in new weights (and tokenizer) from a HF directory; the old model stays on failure."""
+        self.install(self.prepare(path))
+
+    def prepare(self, path: Path | str) -> tuple[Path, Any, Any]:
+        """Load a HF directory without touching the serving model (the slow half of a reload, which
+        a server can run while it keeps generating); :meth:`install` swaps it in."""
         path = Path(path)
         tokenizer, model = self._load(path)
         if len(tokenizer) != len(self.tokenizer):
             raise ValueError(f"{path} has a different vocabulary ({len(tokenizer)} vs {len(self.tokenizer)})")
+        return path, tokenizer, model
+
+    def install(self, prepared: tuple[Path, Any, Any]) -> None:
+        """Serve what :meth:`prepare` loaded (instant)."""
+        path, tokenizer, model = prepared
         with self._load_lock:
             self.tokenizer, self.model, self.model_path = tokenizer, model, path
 

@@ -84,6 +84,7 @@ class PolicyServer:
         self.version = "0"
         self.reloads = 0
         self.lock = asyncio.Lock()
+        self.reload_lock = asyncio.Lock()
         self.app = self._build_app()
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -251,14 +252,17 @@ class PolicyServer:
             raise BadRequest('give the checkpoint directory as "path" (or "model_path")')
         if not Path(path).is_dir():
             raise BadRequest(f"{path} is not a directory")
-        async with self.lock:
+        async with self.reload_lock:  # one reload at a time; generation goes on while it loads
             try:
-                await asyncio.to_thread(self.engine.reload, path)
+                prepared = await asyncio.to_thread(self.engine.prepare, path)
             except (ValueError, OSError) as exc:
                 raise BadRequest(f"cannot load {path}: {exc}") from exc
-            self.reloads += 1
-            self.version = req.version or str(self.reloads)
-        return {"success": True, "message": f"loaded {path}", "version": self.version}
+            async with self.lock:  # the swap waits for the generation in flight, then is instant
+                self.engine.install(prepared)
+                self.reloads += 1
+                self.version = req.version or str(self.reloads)
+                version = self.version
+        return {"success": True, "message": f"loaded {path}", "version": version}
 
     def models(self) -> dict[str, Any]:
         return {
