@@ -1,38 +1,46 @@
 """``rlguard loop --mode async``: rollout and training overlapped, with bounded staleness.
 
-Rollout workers (asyncio tasks in one background thread) keep playing episodes against the policy
-server; each finished, trainable episode's id goes into a *bounded* queue. The trainer (this thread)
-takes ``episodes_per_step`` ids from the queue, reads those episodes from the store, trains one step,
-commits it and pushes the new weights to the server (``trainer.reload.WeightSync``); it never waits
-for the rollout to pause, and the rollout never waits for the optimiser.
+Rollout workers (asyncio tasks in a child process, :func:`rollout_process`) keep playing episodes
+against the policy server; each finished, trainable episode's id goes into a *bounded* queue. The
+trainer (this process) takes ``episodes_per_step`` ids from the queue, reads those episodes from the
+store, trains one step, commits it and pushes the new weights to the server
+(``trainer.reload.WeightSync``); it never waits for the rollout to pause, and the rollout never
+waits for the optimiser. Four processes: trainer, rollout workers, policy server, gateway; in one
+process they would share one interpreter lock (a tiny model's training step is mostly Python, and
+it ran 3x slower beside the rollout's event loop than alone).
 
 * **Versions.** Every generated span records the version of the weights that produced it (the
-  built-in server reports it per completion, read under its generation lock; for vLLM/SGLang the
-  weight sync's ``current_version``). An episode in flight during a weight update goes on with the
-  new weights (a *partial rollout*): its later spans carry the newer version, so its rows are
-  mixed-version, and the trainer corrects or drops each token by its own staleness.
+  built-in server reports it per completion, read under its generation lock; otherwise the version
+  the trainer last pushed, shared with the rollout process). An episode in flight during a weight
+  update goes on with the new weights (a *partial rollout*): its later spans carry the newer
+  version, so its rows are mixed-version, and the trainer corrects or drops each token by its own
+  staleness.
 * **Staleness.** ``max_staleness`` K: tokens at most K versions behind the trainer are trained with
   truncated importance sampling; episodes holding older tokens are dropped (or kept with TIS,
   ``stale_mode``); ``trainer.staleness`` documents it, the step metrics count it.
 * **Back-pressure.** Two bounds. The staleness gate (:class:`StalenessGate`) lets the rollout run at
-  most ``max_staleness`` steps ahead of the trainer; and the queue holds at most ``queue_size``
-  episodes: a worker whose episode ended while the queue is full waits before starting another. So at
-  most ``queue_size + workers`` unconsumed episodes ever exist: a slow trainer slows the rollout
-  instead of growing the store.
+  most K steps ahead of the trainer; and the queue holds at most ``queue_size`` episodes: a worker
+  whose episode ended while the queue is full waits before starting another. So at most
+  ``queue_size + workers`` unconsumed episodes ever exist: a slow trainer slows the rollout instead
+  of growing the store.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import multiprocessing
+import os
 import queue
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from rlguard.errors import RlguardError
 from rlguard.local_gateway import local_gateway
 from rlguard.policy_process import gateway_process, policy_server_process
 from rlguard.settings import get_settings
@@ -64,6 +72,9 @@ class AsyncLoopConfig:
     device: str = "cpu"
     server_process: bool = True  # the policy server in its own process (no shared interpreter lock)
     gateway_process: bool = True  # the gateway too
+    # The trainer's torch threads while the rollout runs beside it: leaving cores to the policy
+    # server and the sandboxes beats oversubscribing them (OpenMP threads spin while they wait).
+    trainer_threads: int = max(1, (os.cpu_count() or 2) // 2)
 
     def __post_init__(self) -> None:
         for name in ("total_episodes", "episodes_per_step", "workers", "queue_size"):
@@ -77,45 +88,6 @@ class AsyncLoopConfig:
             )
 
 
-class EpisodeQueue:
-    """The bounded queue between the store and the trainer: ids of ended, trainable episodes."""
-
-    def __init__(self, maxsize: int) -> None:
-        self._queue: queue.Queue[str] = queue.Queue(maxsize)
-        self.high_water = 0
-        self.waits = 0
-
-    async def put(self, episode_id: str, stop: threading.Event) -> bool:
-        """Wait (without blocking the event loop) until there is room; False when stopped first."""
-        waited = False
-        while not stop.is_set():
-            try:
-                self._queue.put_nowait(episode_id)
-            except queue.Full:
-                waited = True
-                await asyncio.sleep(0.05)
-                continue
-            self.high_water = max(self.high_water, self._queue.qsize())
-            self.waits += int(waited)
-            return True
-        return False
-
-    def take(self, count: int, timeout_s: float, done: threading.Event) -> list[str]:
-        """Up to ``count`` ids: waits for ``count`` unless the rollout is done or ``timeout_s`` passes."""
-        ids: list[str] = []
-        deadline = time.monotonic() + timeout_s
-        while len(ids) < count:
-            try:
-                ids.append(self._queue.get(timeout=0.05))
-            except queue.Empty:
-                if (done.is_set() and self._queue.empty()) or time.monotonic() >= deadline:
-                    break
-        return ids
-
-    def qsize(self) -> int:
-        return self._queue.qsize()
-
-
 class StalenessGate:
     """Admission of new episodes so that no sample can exceed ``max_staleness`` by construction.
 
@@ -126,37 +98,139 @@ class StalenessGate:
     episodes that run unusually long; the trainer still checks every token.
     """
 
-    def __init__(self, max_staleness: int, episodes_per_step: int) -> None:
+    def __init__(self, max_staleness: int, episodes_per_step: int, steps: Callable[[], int]) -> None:
         self.max_staleness = max_staleness
         self.episodes_per_step = episodes_per_step
-        self.steps = 0
+        self.steps = steps
         self.started = 0
         self.waits = 0
 
     def allowed(self) -> int:
-        return (self.max_staleness + 1 + self.steps) * self.episodes_per_step
+        return (self.max_staleness + 1 + self.steps()) * self.episodes_per_step
 
-    async def admit(self, stop: threading.Event) -> bool:
+    async def admit(self, stop: Any) -> bool:
         """Wait until one more episode may start; False when stopped first."""
         waited = False
         while self.started >= self.allowed():
             if stop.is_set():
                 return False
             waited = True
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.02)
         self.started += 1
         self.waits += int(waited)
         return not stop.is_set()
 
-    def stepped(self) -> None:
-        """The trainer finished a step (a plain int write: read by the rollout thread)."""
-        self.steps += 1
+
+@dataclass(frozen=True)
+class _Channels:
+    """What the trainer and the rollout process share: the bounded id queue, an event stream
+    (results, errors, the end), the trainer's step count and served version, and a stop flag."""
+
+    ids: Any
+    events: Any
+    steps: Any
+    version: Any
+    stop: Any
+
+
+def rollout_process(spec: Any, config: AsyncLoopConfig, channels: _Channels) -> None:
+    """The rollout workers, in their own process (started by :func:`run_async_loop`)."""
+    torch.set_num_threads(1)
+    try:
+        asyncio.run(_play(spec, config, channels))
+    except BaseException as exc:  # reported to the trainer through the event stream
+        channels.events.put(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        channels.events.put(("done", None))
+
+
+async def _play(spec: Any, config: AsyncLoopConfig, ch: _Channels) -> None:
+    ctx = RolloutContext(spec, version_source=lambda: str(ch.version.value))
+    gate = StalenessGate(config.max_staleness, config.episodes_per_step, lambda: ch.steps.value)
+    stats = {"queue_high_water": 0, "queue_full_waits": 0}
+    try:
+        plan = ctx.episode_specs(1, list(config.task_filter) or None)
+        if not plan:
+            raise ValueError(f"no task matches {config.task_filter} in {config.suites}")
+        draws = itertools.islice(itertools.cycle(plan), config.total_episodes)
+        ch.events.put(("ready", None))
+
+        async def put(episode_id: str) -> bool:
+            waited = False
+            while not ch.stop.is_set():
+                try:
+                    ch.ids.put_nowait(episode_id)
+                except queue.Full:
+                    waited = True
+                    await asyncio.sleep(0.02)
+                    continue
+                stats["queue_high_water"] = max(stats["queue_high_water"], ch.ids.qsize())
+                stats["queue_full_waits"] += int(waited)
+                return True
+            return False
+
+        async def worker() -> None:
+            for episode in draws:  # shared iterator: each draw is taken once
+                if not await gate.admit(ch.stop):
+                    return
+                result = await run_one(ctx, episode)
+                versions = [t.versions for t in result.sub_trajectories]
+                ch.events.put(
+                    ("result", {"status": result.status, "reward": result.reward, "versions": versions})
+                )
+                trainable = bool(result.episode_id and result.sub_trajectories)
+                if trainable and not await put(result.episode_id):
+                    return
+
+        await asyncio.gather(*(worker() for _ in range(config.workers)))
+    finally:
+        ch.events.put(("stats", {**stats, "staleness_gate_waits": gate.waits}))
+        await ctx.aclose()
 
 
 @dataclass
 class _RolloutState:
-    results: list[Any]
-    error: BaseException | None = None
+    results: list[dict[str, Any]] = field(default_factory=list)
+    stats: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+    ready: bool = False
+    done: bool = False
+
+    def drain(self, events: Any, wait_s: float = 0.0) -> None:
+        """Read what the rollout process reported (waiting up to ``wait_s`` for the first event)."""
+        block = wait_s > 0
+        while True:
+            try:
+                kind, payload = events.get(timeout=wait_s) if block else events.get_nowait()
+            except queue.Empty:
+                return
+            block = False
+            if kind == "result":
+                self.results.append(payload)
+            elif kind == "stats":
+                self.stats = payload
+            elif kind == "error":
+                self.error = payload
+            elif kind == "ready":
+                self.ready = True
+            elif kind == "done":
+                self.done = True
+
+
+def take(ids: Any, count: int, state: _RolloutState, events: Any, timeout_s: float) -> list[str]:
+    """Up to ``count`` episode ids; fewer only when the rollout ended (or failed) or time ran out."""
+    taken: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while len(taken) < count and state.error is None:
+        try:
+            taken.append(ids.get(timeout=0.02))
+            continue
+        except queue.Empty:
+            pass
+        state.drain(events)
+        if (state.done and ids.empty()) or time.monotonic() >= deadline:
+            break
+    return taken
 
 
 def run_async_loop(
@@ -166,8 +240,21 @@ def run_async_loop(
     step_timeout_s: float = 1800.0,
 ) -> dict[str, Any]:
     """Play ``config.total_episodes`` episodes while training on them as they land; a summary."""
-
     settings = settings.model_copy(update={"max_staleness": config.max_staleness})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(config.trainer_threads)
+    try:
+        return _run(config, settings, on_step, step_timeout_s)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(
+    config: AsyncLoopConfig,
+    settings: TrainerSettings,
+    on_step: Callable[[dict[str, Any]], None] | None,
+    step_timeout_s: float,
+) -> dict[str, Any]:
     app_settings = get_settings()
     model_path = resolve_model(resolve_model_name(config.model))
     run = TrainingRun(
@@ -185,10 +272,15 @@ def run_async_loop(
         server = build_server(str(run.policy_checkpoint), config.device, app_settings.rollout.policy)
         server.version = version
         serving = serve_in_thread(server.app, startup_timeout_s=120)
-    episodes = EpisodeQueue(config.queue_size)
-    gate = StalenessGate(config.max_staleness, config.episodes_per_step)
-    stop, rollout_done = threading.Event(), threading.Event()
-    state = _RolloutState(results=[])
+    mp = multiprocessing.get_context("spawn")
+    channels = _Channels(
+        ids=mp.Queue(config.queue_size),
+        events=mp.Queue(),
+        steps=mp.Value("i", 0),
+        version=mp.Value("i", run.trainer.policy_version),
+        stop=mp.Event(),
+    )
+    state = _RolloutState()
     steps: list[dict[str, Any]] = []
     started = elapsed = time.perf_counter()
     try:
@@ -197,7 +289,6 @@ def run_async_loop(
             gateway_process(app_settings) if config.gateway_process else local_gateway(app_settings) as gw,
         ):
             run.policy_url = policy_url
-            weights = run.weight_sync()  # knows the version the server serves: episodes record it
             spec = RolloutSpec(
                 gateway_url=gw.url,
                 admin_token=gw.admin_token,
@@ -205,63 +296,35 @@ def run_async_loop(
                 policy="completions",
                 policy_url=f"{policy_url}/v1",
                 model=str(model_path),
-                policy_version=str(run.trainer.policy_version),
+                policy_version=version,
                 config=AgentConfig.from_settings(
                     app_settings.rollout,
                     max_turns=config.max_turns,
                     max_tokens_per_turn=config.max_tokens_per_turn,
                 ),
             )
-
-            async def play() -> None:
-                ctx = RolloutContext(spec, version_source=weights.current_version)
-                try:
-                    plan = ctx.episode_specs(1, list(config.task_filter) or None)
-                    if not plan:
-                        raise ValueError(f"no task matches {config.task_filter} in {config.suites}")
-                    draws = itertools.islice(itertools.cycle(plan), config.total_episodes)
-
-                    async def worker() -> None:
-                        for episode in draws:  # shared iterator: each draw is taken once
-                            if not await gate.admit(stop):
-                                return
-                            result = await run_one(ctx, episode)
-                            state.results.append(result)
-                            trainable = bool(result.episode_id and result.sub_trajectories)
-                            if trainable and not await episodes.put(result.episode_id, stop):
-                                return
-
-                    await asyncio.gather(*(worker() for _ in range(config.workers)))
-                finally:
-                    await ctx.aclose()
-
-            def rollout_thread() -> None:
-                try:
-                    asyncio.run(play())
-                except BaseException as exc:  # reported to the trainer's thread below
-                    state.error = exc
-                finally:
-                    rollout_done.set()
-
-            thread = threading.Thread(target=rollout_thread, name="rlguard-rollout", daemon=True)
-            started = time.perf_counter()  # servers up: from here on, rollout and training only
-            thread.start()
+            process = mp.Process(
+                target=rollout_process, args=(spec, config, channels), name="rlguard-rollout"
+            )
+            process.start()
             try:
-                while True:
-                    ids = episodes.take(config.episodes_per_step, step_timeout_s, rollout_done)
-                    if state.error is not None:
-                        raise state.error
+                while not (state.ready or state.done or state.error):
+                    state.drain(channels.events, wait_s=1.0)
+                started = time.perf_counter()  # servers and workers up: rollout and training only
+                while state.error is None:
+                    ids = take(channels.ids, config.episodes_per_step, state, channels.events, step_timeout_s)
                     if not ids:
-                        if rollout_done.is_set():
+                        if state.done or state.error:
                             break
                         continue
                     step = run.step(max_episodes=len(ids), episode_ids=ids)
-                    gate.stepped()
+                    channels.version.value = run.trainer.policy_version  # what the server now serves
+                    channels.steps.value += 1
                     summary = {
                         "step": step.step if step else None,
                         "episodes": len(ids),
                         "policy_version": run.trainer.policy_version,
-                        "queue": episodes.qsize(),
+                        "queue": channels.ids.qsize(),
                         "seconds": time.perf_counter() - started,
                         "metrics": step.metrics if step else {},
                     }
@@ -269,30 +332,32 @@ def run_async_loop(
                     if on_step is not None:
                         on_step(summary)
             finally:
-                stop.set()
-                thread.join(timeout=600)
                 elapsed = time.perf_counter() - started
+                channels.stop.set()
+                deadline = time.monotonic() + 600
+                while not state.done and process.is_alive() and time.monotonic() < deadline:
+                    state.drain(channels.events, wait_s=0.5)
+                process.join(timeout=30)
+                if process.is_alive():
+                    process.kill()
+                state.drain(channels.events)
             if state.error is not None:
-                raise state.error
+                raise RlguardError(f"the rollout process failed: {state.error}")
     finally:
         run.close()
-    return _summary(state.results, steps, episodes, gate, run, elapsed)
+    return _summary(state, steps, run, elapsed)
 
 
 def _summary(
-    results: list[Any],
-    steps: list[dict[str, Any]],
-    episodes: EpisodeQueue,
-    gate: StalenessGate,
-    run: TrainingRun,
-    seconds: float,
+    state: _RolloutState, steps: list[dict[str, Any]], run: TrainingRun, seconds: float
 ) -> dict[str, Any]:
     """Throughput, staleness and drops over the whole run (token-weighted staleness per step)."""
     trained = [s for s in steps if s["step"] is not None]
     tokens = [s["metrics"].get("data/action_tokens", 0.0) for s in trained]
     staleness = [s["metrics"].get("data/staleness_mean", 0.0) for s in trained]
-    rewards = [r.reward for r in results if r.reward is not None]
-    mixed = sum(1 for r in results if len({v for t in r.sub_trajectories for v in t.versions}) > 1)
+    results = state.results
+    rewards = [r["reward"] for r in results if r["reward"] is not None]
+    mixed = sum(1 for r in results if len({v for t in r["versions"] for v in t}) > 1)
     return {
         "episodes": len(results),
         "seconds": seconds,
@@ -306,9 +371,7 @@ def _summary(
         "dropped_episodes": run.dropped_episodes,
         "dropped_fraction": run.dropped_episodes / run.read_episodes if run.read_episodes else 0.0,
         "mixed_version_episodes": mixed,
-        "queue_high_water": episodes.high_water,
-        "queue_full_waits": episodes.waits,
-        "staleness_gate_waits": gate.waits,
-        "statuses": sorted({r.status for r in results}),
+        **state.stats,
+        "statuses": sorted({r["status"] for r in results}),
         "per_step": steps,
     }

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from rlguard.local_gateway import local_gateway
 from rlguard.policy_process import gateway_process, policy_server_process
 from rlguard.settings import get_settings
@@ -42,6 +44,7 @@ class LoopConfig:
     device: str = "cpu"
     server_process: bool = False  # the policy server in a child process (as the async loop runs it)
     gateway_process: bool = False  # the gateway in a child process (as the async loop runs it)
+    trainer_threads: int | None = None  # torch threads while training (None: torch's default)
 
 
 def run_loop(
@@ -50,7 +53,18 @@ def run_loop(
     on_round: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``config.iterations`` rounds; returns one summary per round."""
+    threads = torch.get_num_threads()
+    if config.trainer_threads is not None:
+        torch.set_num_threads(config.trainer_threads)
+    try:
+        return _run(config, settings, on_round)
+    finally:
+        torch.set_num_threads(threads)
 
+
+def _run(
+    config: LoopConfig, settings: TrainerSettings, on_round: Callable[[dict[str, Any]], None] | None
+) -> list[dict[str, Any]]:
     app_settings = get_settings()
     model_path = resolve_model(resolve_model_name(config.model))
     run = TrainingRun(

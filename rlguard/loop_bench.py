@@ -1,13 +1,14 @@
 """``rlguard bench loop``: the same budget of episodes through the sync and the async loop.
 
 Both run the tiny model on built-in tasks through the real gateway (Docker sandboxes), with the policy
-server and the gateway in their own processes, the same episodes per training step and the same
-number of episodes in flight; each is timed from the moment its servers are up to its last training
-step (server start-up is the same for both and left out). ``async_vs_sync`` is the ratio of
-episodes per second. What bounds it on a small machine: the sync loop spends ``rollout + train +
-reload`` per round, the async loop ``max(rollout, train + reload)`` when the two do not compete for
-cores, so the ratio is at most ``1 + min/max`` of the two phases (2 when they are equal) and falls
-as they share the CPUs (policy server, trainer, gateway and sandboxes all run on the same cores).
+server and the gateway in their own processes, the same episodes per training step, the same number
+of episodes in flight and the same torch threads for the trainer (half the cores: with more, the
+trainer's OpenMP threads spin against the rollout's processes). Each is timed from the moment its
+servers (and, async, its rollout process) are up to its last training step; start-up is left out.
+``async_vs_sync`` is the ratio of episodes per second. What bounds it: per round the sync loop
+spends ``rollout + train + reload``, the async loop about ``max(rollout, train + reload)``, so the
+ratio is at most ``1 + min/max`` of the two phases (2 when they are equal), less the pipeline's
+fill and drain, and less again as the phases compete for this machine's two cores.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def run_loop_bench(
     tasks: tuple[str, ...] = DEFAULT_TASKS,
     queue_size: int | None = None,
     out_dir: Path | None = None,
+    trainer_threads: int | None = None,
 ) -> dict[str, Any]:
     """Run both loops on ``episodes`` episodes; the comparison as a flat dict of numbers."""
     from rlguard.async_loop import AsyncLoopConfig, run_async_loop
@@ -44,6 +46,7 @@ def run_loop_bench(
             f"episodes_per_step ({episodes_per_step}) must be a multiple of the {len(tasks)} tasks"
         )
     root = Path(out_dir or tempfile.mkdtemp(prefix="rlguard-bench-loop-"))
+    threads = trainer_threads or max(1, (os.cpu_count() or 2) // 2)  # the same for both modes
     settings = TrainerSettings()
     previous = os.environ.get("RLGUARD_STATE_DIR")
     results: dict[str, Any] = {}
@@ -62,6 +65,7 @@ def run_loop_bench(
                         max_tokens_per_turn=max_tokens_per_turn,
                         server_process=True,
                         gateway_process=True,
+                        trainer_threads=threads,
                     ),
                     settings,
                 )
@@ -81,6 +85,7 @@ def run_loop_bench(
                         max_tokens_per_turn=max_tokens_per_turn,
                         server_process=True,
                         gateway_process=True,
+                        trainer_threads=threads,
                     ),
                     settings,
                 )
@@ -107,5 +112,6 @@ def run_loop_bench(
         "async_steps": run["steps"],
         "sync_seconds": results["sync"]["seconds"],
         "async_seconds": run["seconds"],
+        "trainer_threads": threads,
         "cpus": os.cpu_count(),
     }
