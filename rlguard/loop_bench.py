@@ -33,12 +33,15 @@ def run_loop_bench(
     queue_size: int | None = None,
     out_dir: Path | None = None,
     trainer_threads: int | None = None,
+    repeats: int = 2,
 ) -> dict[str, Any]:
-    """Run both loops on ``episodes`` episodes; the comparison as a flat dict of numbers."""
+    """Run both loops on ``episodes`` episodes (``repeats`` times each, A-B-B-A); a flat dict."""
     from rlguard.async_loop import AsyncLoopConfig, run_async_loop
     from rlguard.loop import LoopConfig, run_loop
     from rlguard.settings import get_settings
 
+    if repeats not in (1, 2):
+        raise ValueError(f"repeats must be 1 or 2, got {repeats}")
     if episodes < 2 * episodes_per_step:
         raise ValueError(f"need at least two steps' episodes ({2 * episodes_per_step}), got {episodes}")
     if episodes_per_step % len(tasks):
@@ -49,18 +52,22 @@ def run_loop_bench(
     threads = trainer_threads or max(1, (os.cpu_count() or 2) // 2)  # the same for both modes
     settings = TrainerSettings()
     previous = os.environ.get("RLGUARD_STATE_DIR")
-    results: dict[str, Any] = {}
+    totals = {"sync": [0, 0.0], "async": [0, 0.0]}  # episodes, seconds
+    runs: list[dict[str, Any]] = []
     try:
-        for mode in ("sync", "async"):
-            os.environ["RLGUARD_STATE_DIR"] = str(root / mode / "state")  # a fresh store per mode
+        # A-B-B-A: other jobs' load drifts over minutes on a shared machine; each mode gets an early
+        # and a late slot, so a drift hits both alike.
+        for index, mode in enumerate(("sync", "async", "async", "sync")[: 4 if repeats == 2 else 2]):
+            os.environ["RLGUARD_STATE_DIR"] = str(root / f"{index}-{mode}" / "state")  # a fresh store
             get_settings.cache_clear()
+            run_dir = root / f"{index}-{mode}" / "run"
             if mode == "sync":
                 rounds = run_loop(
                     LoopConfig(
                         iterations=episodes // episodes_per_step,
                         episodes_per_task=episodes_per_step // len(tasks),
                         task_filter=tasks,
-                        run_dir=root / mode / "run",
+                        run_dir=run_dir,
                         max_turns=max_turns,
                         max_tokens_per_turn=max_tokens_per_turn,
                         server_process=True,
@@ -69,8 +76,8 @@ def run_loop_bench(
                     ),
                     settings,
                 )
-                played = sum(r["episodes"] for r in rounds)
-                results["sync"] = {"episodes": played, "seconds": rounds[-1]["seconds"]}
+                totals["sync"][0] += sum(r["episodes"] for r in rounds)
+                totals["sync"][1] += rounds[-1]["seconds"]
             else:
                 summary = run_async_loop(
                     AsyncLoopConfig(
@@ -80,7 +87,7 @@ def run_loop_bench(
                         queue_size=queue_size or (max_staleness + 1) * episodes_per_step,
                         max_staleness=max_staleness,
                         task_filter=tasks,
-                        run_dir=root / mode / "run",
+                        run_dir=run_dir,
                         max_turns=max_turns,
                         max_tokens_per_turn=max_tokens_per_turn,
                         server_process=True,
@@ -89,29 +96,39 @@ def run_loop_bench(
                     ),
                     settings,
                 )
-                results["async"] = summary
+                totals["async"][0] += summary["episodes"]
+                totals["async"][1] += summary["seconds"]
+                runs.append(summary)
     finally:
         if previous is None:
             os.environ.pop("RLGUARD_STATE_DIR", None)
         else:
             os.environ["RLGUARD_STATE_DIR"] = previous
         get_settings.cache_clear()
-    sync_rate = results["sync"]["episodes"] / results["sync"]["seconds"]
-    run = results["async"]
+    sync_rate = totals["sync"][0] / totals["sync"][1]
+    async_rate = totals["async"][0] / totals["async"][1]
+    steps = [s for r in runs for s in r["per_step"] if s["step"] is not None]
+    tokens = sum(s["metrics"].get("data/action_tokens", 0.0) for s in steps)
+    stale = sum(
+        s["metrics"].get("data/action_tokens", 0.0) * s["metrics"].get("data/staleness_mean", 0.0)
+        for s in steps
+    )
+    read = sum(r["trained_episodes"] + r["dropped_episodes"] for r in runs)
     return {
         "episodes": episodes,
         "episodes_per_step": episodes_per_step,
         "max_staleness": max_staleness,
+        "repeats": repeats,
         "sync_episodes_per_s": sync_rate,
-        "async_episodes_per_s": run["episodes_per_s"],
-        "async_vs_sync": run["episodes_per_s"] / sync_rate,
-        "async_trained_episodes_per_s": run["trained_episodes"] / run["seconds"],
-        "mean_staleness": run["mean_staleness"],
-        "dropped_fraction": run["dropped_fraction"],
-        "mixed_version_episodes": run["mixed_version_episodes"],
-        "async_steps": run["steps"],
-        "sync_seconds": results["sync"]["seconds"],
-        "async_seconds": run["seconds"],
+        "async_episodes_per_s": async_rate,
+        "async_vs_sync": async_rate / sync_rate,
+        "async_trained_episodes_per_s": sum(r["trained_episodes"] for r in runs) / totals["async"][1],
+        "mean_staleness": stale / tokens if tokens else 0.0,
+        "max_staleness_seen": max((r["max_staleness"] for r in runs), default=0.0),
+        "dropped_fraction": sum(r["dropped_episodes"] for r in runs) / read if read else 0.0,
+        "mixed_version_episodes": sum(r["mixed_version_episodes"] for r in runs),
+        "sync_seconds": totals["sync"][1],
+        "async_seconds": totals["async"][1],
         "trainer_threads": threads,
         "cpus": os.cpu_count(),
     }
