@@ -164,3 +164,21 @@ def test_distillation_pulls_the_student_to_the_teacher(tiny_model_dir: Path, tar
     after = share_of_target()
     assert before < 0.15 and after > before + 0.3, (before, after)
     assert kls[-1] < 0.75 * kls[0], kls  # a very sharp teacher: ~8 nats to start
+
+
+def test_teacher_and_route_options_are_parsed_with_clear_errors(target_teacher: Path) -> None:
+    from rlguard.run_commands import parse_pairs, teacher_settings
+    from trainer.errors import TrainerError
+
+    assert parse_pairs(["a=x", " b = y "], "--teacher") == {"a": "x", "b": "y"}
+    for bad in (["a"], ["=x"], ["a="], ["a=x", "a=y"]):
+        with pytest.raises(TrainerError, match="--teacher"):
+            parse_pairs(bad, "--teacher")
+    values = teacher_settings([f"t={target_teacher}"], ["builtin=t"], 0.5)
+    assert values == {
+        "teachers": {"t": str(target_teacher)},
+        "routes": {"builtin": "t"},
+        "reward_weight": 0.5,
+    }
+    with pytest.raises(TrainerError, match="unknown teachers"):
+        teacher_settings([f"t={target_teacher}"], ["builtin=u"], None)
