@@ -110,7 +110,7 @@ class SubTrajectoryRow(Base):
     policy_version: Mapped[str | None] = mapped_column(String(200))
     # [[start, end, version], ...]: which policy version generated each token span (migration 0003);
     # None on rows from before it (the row's policy_version then covers every generated token).
-    version_spans: Mapped[list[Any] | None] = mapped_column(JSON)
+    version_spans: Mapped[list[Any] | None] = mapped_column(NulSafeJSON)
     trainable: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     consumed_at: Mapped[datetime | None] = mapped_column()
