@@ -48,7 +48,13 @@ def run_loop_bench(
         raise ValueError(
             f"episodes_per_step ({episodes_per_step}) must be a multiple of the {len(tasks)} tasks"
         )
-    root = Path(out_dir or tempfile.mkdtemp(prefix="rlguard-bench-loop-"))
+    if out_dir is None:  # nothing of the runs is kept unless asked for
+        with tempfile.TemporaryDirectory(prefix="rlguard-bench-loop-") as scratch:
+            return run_loop_bench(
+                episodes, episodes_per_step, max_staleness, max_turns, max_tokens_per_turn, tasks,
+                queue_size, Path(scratch), trainer_threads, repeats,
+            )  # fmt: skip
+    root = Path(out_dir)
     threads = trainer_threads or max(1, (os.cpu_count() or 2) // 2)  # the same for both modes
     settings = TrainerSettings()
     previous = os.environ.get("RLGUARD_STATE_DIR")
