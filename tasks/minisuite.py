@@ -21,20 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.errors import TaskError
+from tasks.gitenv import git_env
 from tasks.grading.baseline import junit_outcomes
 
 DATA = Path(__file__).resolve().parent / "data" / "inflection-0.5.1"
 REPO = "inflection/inflection"
-_GIT_ENV = {
-    "GIT_AUTHOR_NAME": "rlguard",
-    "GIT_AUTHOR_EMAIL": "tasks@rlguard.invalid",
-    "GIT_COMMITTER_NAME": "rlguard",
-    "GIT_COMMITTER_EMAIL": "tasks@rlguard.invalid",
-    "GIT_AUTHOR_DATE": "2024-01-01T00:00:00+0000",
-    "GIT_COMMITTER_DATE": "2024-01-01T00:00:00+0000",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-}
 
 
 @dataclass(frozen=True)
@@ -74,7 +65,7 @@ INSTANCES = (
 
 
 def _git(cwd: Path, *args: str) -> str:
-    env = {**_GIT_ENV, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd)}
+    env = git_env(cwd)
     result = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
     if result.returncode != 0:
         raise TaskError(f"git {' '.join(args)} failed: {result.stderr.strip()}")

@@ -10,7 +10,6 @@ repository built from it) is copied into the agent's sandbox.
 from __future__ import annotations
 
 import io
-import os
 import re
 import shutil
 import subprocess
@@ -26,23 +25,13 @@ from sandbox.settings import SandboxLimits
 from tasks.collect import expected_test_ids
 from tasks.environments import EnvironmentSpec, environment_image
 from tasks.errors import TaskError
+from tasks.gitenv import git_env
 from tasks.testfiles import clean_name, is_protected
 
 BUILTIN_SUITES_DIR = Path(__file__).resolve().parent / "suites"
 TASK_FILE = "task.yaml"
 MAX_WORKSPACE_TAR_BYTES = 16 * 1024 * 1024
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-# Fixed identity and clock so a task's git repository has the same commit ids on every build.
-_GIT_ENV = {
-    "GIT_AUTHOR_NAME": "rlguard",
-    "GIT_AUTHOR_EMAIL": "tasks@rlguard.invalid",
-    "GIT_COMMITTER_NAME": "rlguard",
-    "GIT_COMMITTER_EMAIL": "tasks@rlguard.invalid",
-    "GIT_AUTHOR_DATE": "2024-01-01T00:00:00+0000",
-    "GIT_COMMITTER_DATE": "2024-01-01T00:00:00+0000",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-}
 
 
 class _Strict(BaseModel):
@@ -288,7 +277,7 @@ def _build_workspace_tar(task: Task) -> bytes:
 
 
 def _git(work: Path, *args: str) -> None:
-    env = {**_GIT_ENV, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work)}
+    env = git_env(work)
     result = subprocess.run(["git", *args], cwd=work, env=env, capture_output=True, text=True, timeout=60)
     if result.returncode != 0:
         raise TaskError(f"git {' '.join(args)} failed in {work}: {result.stderr.strip()}")

@@ -23,7 +23,6 @@ validation as suite loading), so a bad row is refused at import with the row and
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -35,6 +34,7 @@ from typing import Any
 import yaml
 
 from tasks.errors import TaskError
+from tasks.gitenv import git_env
 
 REQUIRED_FIELDS = (
     "instance_id",
@@ -50,7 +50,6 @@ GRADING_TIMEOUT_S = 600.0
 _REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 _COMMIT_RE = re.compile(r"^[0-9a-f]{7,40}$")
 _TASK_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-_GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0"}
 
 
 def task_id_for(instance_id: str) -> str:
@@ -135,7 +134,7 @@ def read_rows(rows_path: Path) -> list[dict[str, Any]]:
 
 
 def _git(repo: Path, *args: str, stdin: str | None = None, cwd: Path | None = None) -> bytes:
-    env = {**_GIT_ENV, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cwd or repo)}
+    env = git_env(cwd or repo)
     result = subprocess.run(
         ["git", *args],
         cwd=cwd or repo,

@@ -10,7 +10,6 @@ gold patch (the bug reversed) and the test patch (the project's test files, unmo
 from __future__ import annotations
 
 import io
-import os
 import shutil
 import subprocess
 import sys
@@ -21,21 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.errors import TaskError
+from tasks.gitenv import git_env
 from tasks.realworld.recipes import Recipe, bug_patch
 
 PIP_TIMEOUT_S = 300.0
 MAX_SDIST_BYTES = 32 * 1024 * 1024
-# Fixed identity and clock: the same recipe gives the same commit ids on every machine.
-_GIT_ENV = {
-    "GIT_AUTHOR_NAME": "rlguard",
-    "GIT_AUTHOR_EMAIL": "tasks@rlguard.invalid",
-    "GIT_COMMITTER_NAME": "rlguard",
-    "GIT_COMMITTER_EMAIL": "tasks@rlguard.invalid",
-    "GIT_AUTHOR_DATE": "2024-01-01T00:00:00+0000",
-    "GIT_COMMITTER_DATE": "2024-01-01T00:00:00+0000",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-}
 
 
 def _log(message: str) -> None:
@@ -91,7 +80,7 @@ def _sdist_in(directory: Path) -> Path | None:
 
 def git(repo: Path, *args: str, input_text: str | None = None) -> str:
     """Run git in ``repo`` with the fixed identity; its stdout, or one clear error."""
-    env = {**_GIT_ENV, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(repo)}
+    env = git_env(repo)
     done = subprocess.run(
         ["git", *args], cwd=repo, env=env, capture_output=True, text=True, input=input_text, timeout=120
     )
