@@ -273,9 +273,12 @@ class Guard:
         build = functools.partial(make_decoy, call, result, context, probe=probed, protected_paths=paths)
         return await asyncio.get_running_loop().run_in_executor(self._workers, build)
 
-    def review_patch(self, patch_text: str, task_paths: Sequence[str] = ()) -> PatchReview:
-        """Stage-1 review of a final patch (``guard.review``) with a task's protected paths."""
-        return review_patch(patch_text, self.engine_for(task_paths))
+    def review_patch(
+        self, patch_text: str, task_paths: Sequence[str] = (), state: EpisodeState | None = None
+    ) -> PatchReview:
+        """Stage-1 review of a final patch (``guard.review``) with a task's protected paths and, at an
+        episode's finish, the episode's memory and repository context."""
+        return review_patch(patch_text, self.engine_for(task_paths), state=state)
 
     async def aclose(self) -> None:
         """Release the judge's HTTP connections and the stage-1 threads."""

@@ -19,6 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from guard.context import EpisodeState
 from guard.normalize.shell import _patch_hunks
 from guard.paths import WORKSPACE
 from guard.rules import RuleEngine
@@ -78,9 +79,16 @@ def _calls(patch_text: str) -> list[tuple[str, ToolCall]]:
 
 
 def review_patch(
-    patch_text: str, engine: RuleEngine, *, categories: tuple[str, ...] = REVIEWED_CATEGORIES
+    patch_text: str,
+    engine: RuleEngine,
+    *,
+    categories: tuple[str, ...] = REVIEWED_CATEGORIES,
+    state: EpisodeState | None = None,
 ) -> PatchReview:
-    """Stage-1 rules over every file of ``patch_text`` (a ``git diff``-style unified diff)."""
+    """Stage-1 rules over every file of ``patch_text`` (a ``git diff``-style unified diff).
+
+    With the episode's ``state``, each file is read with its memory (what the agent's calls wrote
+    and ran) and the repository context, as its tool calls were."""
     started = time.perf_counter()
     calls = _calls(patch_text)
     notes: list[str] = []
@@ -89,7 +97,7 @@ def review_patch(
         calls = calls[:MAX_FILES]
     findings: list[PatchFinding] = []
     for path, call in calls:
-        match = engine.evaluate(call).match
+        match = (engine.evaluate(call, state.memory, state.repo) if state else engine.evaluate(call)).match
         if match is None or match.category not in categories:
             continue
         findings.append(PatchFinding(path, match.rule_id, match.category, match.action, match.description))

@@ -105,3 +105,16 @@ def test_policy_zero_scores_tampering_zero_and_flag_keeps_the_reward():
     assert reward == 1.0 and out["reason"] == "graded" and out["patch_flag"] == "tampering"
     reward, out = apply_patch_review(1.0, details, review_patch(HONEST, ENGINE), "zero")
     assert reward == 1.0 and "patch_flag" not in out and out["patch_review"]["tampering"] is False
+
+
+@pytest.mark.parametrize("name", sorted(CHEATS))
+def test_review_with_an_episodes_state_finds_the_same_tampering(name):
+    """At finish the gateway passes the episode's memory and repository context: reading each file
+    with them may add findings, never lose one."""
+    from guard.context import EpisodeState
+
+    patch, rule_id = CHEATS[name]
+    without = review_patch(HONEST + patch, ENGINE)
+    with_state = review_patch(HONEST + patch, ENGINE, state=EpisodeState())
+    assert with_state.tampering and rule_id in {f.rule_id for f in with_state.findings}
+    assert {f.rule_id for f in without.findings} <= {f.rule_id for f in with_state.findings}

@@ -465,7 +465,7 @@ class EpisodeService:
         patch = details.get("patch")
         if reviewer is None or not isinstance(patch, str) or reward is None:
             return reward, details
-        review = await asyncio.to_thread(reviewer, patch, live.task.protected_paths)
+        review = await asyncio.to_thread(reviewer, patch, live.task.protected_paths, live.guard_state)
         return apply_patch_review(reward, details, review, self.settings.patch_review)
 
     async def _release(self, live: LiveEpisode) -> None:
