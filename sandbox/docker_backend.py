@@ -571,14 +571,10 @@ class DockerBackend(SandboxBackend):
                 tty=False,
             )
         except docker.errors.ImageNotFound as exc:
-            raise SandboxError(
-                f"sandbox image {spec.image!r} is not present; run `rlguard sandbox image ensure`"
-            ) from exc
+            raise SandboxError(_missing_image(spec.image)) from exc
         except docker.errors.APIError as exc:
             if exc.status_code == 404 and "image" in str(exc).lower():
-                raise SandboxError(
-                    f"sandbox image {spec.image!r} is not present; run `rlguard sandbox image ensure`"
-                ) from exc
+                raise SandboxError(_missing_image(spec.image)) from exc
             raise SandboxError(f"engine refused the sandbox: {exc.explanation or exc}") from exc
         except docker.errors.DockerException as exc:
             raise SandboxError(f"no Docker engine answers at {self.docker_host}: {exc}") from exc
@@ -707,3 +703,10 @@ def _remove_on_exit(ref: weakref.ref) -> None:
     for container_id in backend.owned_ids():
         with contextlib.suppress(Exception):
             backend.client.api.remove_container(container_id, force=True, v=True)
+
+
+def _missing_image(image: str) -> str:
+    """What to run when ``image`` is absent: a task environment is built per suite, the base image once."""
+    if image.startswith("rlguard/task-env:"):
+        return f"task environment image {image!r} is not present; run `rlguard tasks build-env SUITE`"
+    return f"sandbox image {image!r} is not present; run `rlguard sandbox image ensure`"
