@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -111,10 +112,16 @@ def print_demo_report(report: DemoReport) -> dict[str, Any]:
     for spec, result in report.results:
         suite = spec.task_id.split("/", 1)[0]
         by_behaviour.setdefault((suite, spec.behaviour or "-"), []).append(result)
-    table = Table(title="Episodes (scripted policy)")
-    for column in ("suite", "behaviour", "episodes", "mean reward", "submitted", "tool calls", "intercepted",
-                   "compactions", "sub-trajectories"):  # fmt: skip
-        table.add_column(column, justify="left" if column in ("suite", "behaviour") else "right")
+    table = Table(
+        title="Episodes (scripted policy)", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
+    )
+    # short headers: nine columns fit an 80-column terminal without cutting the suite or behaviour
+    for column in ("suite", "behaviour", "eps", "reward", "submit", "calls", "icpt", "compact", "subtraj"):
+        left = column in ("suite", "behaviour")
+        table.add_column(
+            column, justify="left" if left else "right", no_wrap=True, min_width=11 if left else len(column)
+        )
+    table.caption = "eps: episodes, reward: mean, icpt: intercepted calls, subtraj: sub-trajectories"
     totals = Counter()
     for (suite, behaviour), results in sorted(by_behaviour.items()):
         rewards = [r.reward for r in results if r.reward is not None]
