@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from guard.context import EpisodeState
-from guard.normalize.shell import _patch_hunks
+from guard.normalize.shell import patch_hunks
 from guard.paths import WORKSPACE
 from guard.rules import RuleEngine
 from guard.types import ToolCall
@@ -68,7 +68,7 @@ class PatchReview:
 def _calls(patch_text: str) -> list[tuple[str, ToolCall]]:
     """Each file of the diff as the file-tool call that would make the same change."""
     calls: list[tuple[str, ToolCall]] = []
-    for target, removed, added, created in _patch_hunks(patch_text, WORKSPACE):
+    for target, removed, added, created in patch_hunks(patch_text, WORKSPACE):
         if created:
             calls.append((target, ToolCall("write_file", {"path": target, "content": added})))
         else:

@@ -232,7 +232,7 @@ def _assert_count(text: str) -> int:
     return sum(len(_CHECK.findall(line.split("#", 1)[0])) for line in text.splitlines())
 
 
-def _patch_hunks(diff: str, cwd: str) -> list[tuple[str, str, str, bool]]:
+def patch_hunks(diff: str, cwd: str) -> list[tuple[str, str, str, bool]]:
     """(absolute target, removed text, added text, created) per file of a unified diff; a file
     whose old side is /dev/null is created, not edited."""
     out: list[tuple[str, str, str, bool]] = []
@@ -707,7 +707,7 @@ class ShellWalker:
             return self.python(argv, stdin)
         self.note_file_effects(name, argv)
         if stdin is not None and (name == "patch" or (name == "git" and argv[1:2] == ["apply"])):
-            for target, removed, added, created in _patch_hunks(stdin, self.cwd):
+            for target, removed, added, created in patch_hunks(stdin, self.cwd):
                 if created:
                     self.f.note_write(target, added, self.cwd, self.depth + 1)
                 else:
