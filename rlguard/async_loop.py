@@ -42,16 +42,13 @@ import torch
 
 from rlguard.errors import RlguardError
 from rlguard.local_gateway import local_gateway
-from rlguard.policy_process import gateway_process, policy_server_process
+from rlguard.loop import open_loop_run, serve_loop_policy
+from rlguard.policy_process import gateway_process
 from rlguard.settings import get_settings
-from rlguard.tinymodel import resolve_model_name
 from rollout.agent import AgentConfig
-from rollout.policy_server import build_server
 from rollout.runner import RolloutContext, RolloutSpec, run_one
-from rollout.serving import serve_in_thread
-from trainer.runtime import init_runtime
 from trainer.settings import TrainerSettings
-from trainer.train import TrainingRun, resolve_model
+from trainer.train import TrainingRun
 
 
 @dataclass(frozen=True)
@@ -256,22 +253,9 @@ def _run(
     step_timeout_s: float,
 ) -> dict[str, Any]:
     app_settings = get_settings()
-    model_path = resolve_model(resolve_model_name(config.model))
-    run = TrainingRun(
-        config.run_dir,
-        model_path,
-        app_settings.resolved_database_url,
-        settings,
-        init_runtime(device=config.device),
-        run_name=str(Path(config.run_dir).resolve())[-200:],
-    )
+    run, model_path = open_loop_run(config.model, config.run_dir, config.device, settings)
     version = str(run.trainer.policy_version)
-    if config.server_process:
-        serving = policy_server_process(run.policy_checkpoint, config.device, version)
-    else:
-        server = build_server(str(run.policy_checkpoint), config.device, app_settings.rollout.policy)
-        server.version = version
-        serving = serve_in_thread(server.app, startup_timeout_s=120)
+    serving = serve_loop_policy(run, config.device, config.server_process)
     mp = multiprocessing.get_context("spawn")
     channels = _Channels(
         ids=mp.Queue(config.queue_size),

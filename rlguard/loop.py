@@ -62,24 +62,39 @@ def run_loop(
         torch.set_num_threads(threads)
 
 
+def open_loop_run(
+    model: str, run_dir: Path, device: str, settings: TrainerSettings
+) -> tuple[TrainingRun, Path]:
+    """A loop's training run (resumed when ``run_dir`` holds one) and the model it started from."""
+    model_path = resolve_model(resolve_model_name(model))
+    run = TrainingRun(
+        run_dir,
+        model_path,
+        get_settings().resolved_database_url,
+        settings,
+        init_runtime(device=device),
+        run_name=str(Path(run_dir).resolve())[-200:],
+    )
+    return run, model_path
+
+
+def serve_loop_policy(run: TrainingRun, device: str, in_child_process: bool) -> Any:
+    """The policy server of a loop, serving the run's current checkpoint under its version: in a child
+    process (its own interpreter lock) or a thread. A context manager yielding the base URL."""
+    version = str(run.trainer.policy_version)
+    if in_child_process:
+        return policy_server_process(run.policy_checkpoint, device, version)
+    server = build_server(str(run.policy_checkpoint), device, get_settings().rollout.policy)
+    server.version = version
+    return serve_in_thread(server.app, startup_timeout_s=120)
+
+
 def _run(
     config: LoopConfig, settings: TrainerSettings, on_round: Callable[[dict[str, Any]], None] | None
 ) -> list[dict[str, Any]]:
     app_settings = get_settings()
-    model_path = resolve_model(resolve_model_name(config.model))
-    run = TrainingRun(
-        config.run_dir,
-        model_path,
-        app_settings.resolved_database_url,
-        settings,
-        init_runtime(device=config.device),
-        run_name=str(Path(config.run_dir).resolve())[-200:],
-    )
-    if config.server_process:
-        serving = policy_server_process(run.policy_checkpoint, config.device, str(run.trainer.policy_version))
-    else:
-        server = build_server(str(run.policy_checkpoint), config.device, app_settings.rollout.policy)
-        serving = serve_in_thread(server.app, startup_timeout_s=120)
+    run, model_path = open_loop_run(config.model, config.run_dir, config.device, settings)
+    serving = serve_loop_policy(run, config.device, config.server_process)
     summaries: list[dict[str, Any]] = []
     try:
         with (
