@@ -660,8 +660,15 @@ class DockerBackend(SandboxBackend):
         import docker.errors
 
         self._sandboxes.pop(container_id, None)
-        with contextlib.suppress(docker.errors.NotFound):
+        try:
             await self.call(self.client.api.remove_container, container_id, force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            # the engine is already removing it (auto-remove after its init exited, or a second
+            # remover such as gc or exit cleanup): gone all the same
+            if exc.status_code != 409 or "already in progress" not in str(exc):
+                raise
 
     async def gc(self) -> int:
         containers = await self.call(
