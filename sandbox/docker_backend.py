@@ -665,10 +665,23 @@ class DockerBackend(SandboxBackend):
         except docker.errors.NotFound:
             pass
         except docker.errors.APIError as exc:
-            # the engine is already removing it (auto-remove after its init exited, or a second
-            # remover such as gc or exit cleanup): gone all the same
+            # another remover got there first (two shutdown paths, gc): wait until the engine has
+            # finished, so that when this returns the container is gone either way
             if exc.status_code != 409 or "already in progress" not in str(exc):
                 raise
+            await self._wait_gone(container_id)
+
+    async def _wait_gone(self, container_id: str, timeout_s: float = 30.0) -> None:
+        import docker.errors
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                await self.call(self.client.api.inspect_container, container_id)
+            except docker.errors.NotFound:
+                return
+            await asyncio.sleep(0.05)
+        raise SandboxError(f"container {container_id[:12]} is still being removed after {timeout_s:g} s")
 
     async def gc(self) -> int:
         containers = await self.call(
