@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from rlguard.cpu_meter import busy_cpu_seconds
 from rlguard.errors import RlguardError
 from rlguard.local_gateway import local_gateway
 from rlguard.loop import open_loop_run, serve_loop_policy
@@ -213,8 +214,19 @@ class _RolloutState:
             elif kind == "done":
                 self.done = True
 
+    def notice_death(self, events: Any, process: Any) -> None:
+        """A rollout process that died without saying so (killed, or failed while it started) is an
+        error: nothing else would ever end the trainer's wait."""
+        if self.done or self.error is not None or process.is_alive():
+            return
+        self.drain(events)  # what it reported before it died (its queue is flushed at exit)
+        if not self.done and self.error is None:
+            self.error = f"the rollout process exited (code {process.exitcode}) without reporting why"
 
-def take(ids: Any, count: int, state: _RolloutState, events: Any, timeout_s: float) -> list[str]:
+
+def take(
+    ids: Any, count: int, state: _RolloutState, events: Any, process: Any, timeout_s: float
+) -> list[str]:
     """Up to ``count`` episode ids; fewer only when the rollout ended (or failed) or time ran out."""
     taken: list[str] = []
     deadline = time.monotonic() + timeout_s
@@ -225,6 +237,7 @@ def take(ids: Any, count: int, state: _RolloutState, events: Any, timeout_s: flo
         except queue.Empty:
             pass
         state.drain(events)
+        state.notice_death(events, process)
         if (state.done and ids.empty()) or time.monotonic() >= deadline:
             break
     return taken
@@ -267,6 +280,7 @@ def _run(
     state = _RolloutState()
     steps: list[dict[str, Any]] = []
     started = elapsed = time.perf_counter()
+    cpu_started, cpu_used = busy_cpu_seconds(), 0.0
     try:
         with (
             serving as policy_url,
@@ -294,9 +308,18 @@ def _run(
             try:
                 while not (state.ready or state.done or state.error):
                     state.drain(channels.events, wait_s=1.0)
+                    state.notice_death(channels.events, process)
                 started = time.perf_counter()  # servers and workers up: rollout and training only
+                cpu_started = busy_cpu_seconds()
                 while state.error is None:
-                    ids = take(channels.ids, config.episodes_per_step, state, channels.events, step_timeout_s)
+                    ids = take(
+                        channels.ids,
+                        config.episodes_per_step,
+                        state,
+                        channels.events,
+                        process,
+                        step_timeout_s,
+                    )
                     if not ids:
                         if state.done or state.error:
                             break
@@ -317,6 +340,7 @@ def _run(
                         on_step(summary)
             finally:
                 elapsed = time.perf_counter() - started
+                cpu_used = busy_cpu_seconds() - cpu_started
                 channels.stop.set()
                 deadline = time.monotonic() + 600
                 while not state.done and process.is_alive() and time.monotonic() < deadline:
@@ -329,7 +353,7 @@ def _run(
                 raise RlguardError(f"the rollout process failed: {state.error}")
     finally:
         run.close()
-    return _summary(state, steps, run, elapsed)
+    return {**_summary(state, steps, run, elapsed), "busy_cpu_s": cpu_used}
 
 
 def _summary(

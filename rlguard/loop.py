@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from rlguard.cpu_meter import busy_cpu_seconds
 from rlguard.local_gateway import local_gateway
 from rlguard.policy_process import gateway_process, policy_server_process
 from rlguard.settings import get_settings
@@ -95,57 +96,66 @@ def _run(
     app_settings = get_settings()
     run, model_path = open_loop_run(config.model, config.run_dir, config.device, settings)
     serving = serve_loop_policy(run, config.device, config.server_process)
-    summaries: list[dict[str, Any]] = []
     try:
         with (
             serving as policy_url,
             gateway_process(app_settings) if config.gateway_process else local_gateway(app_settings) as gw,
         ):
             run.policy_url = policy_url
-            started = time.perf_counter()  # servers up: from here on, rollout and training only
-            for round_index in range(config.iterations):
-                spec = RolloutSpec(
-                    gateway_url=gw.url,
-                    admin_token=gw.admin_token,
-                    suites=config.suites,
-                    policy="completions",
-                    policy_url=f"{policy_url}/v1",
-                    model=str(model_path),
-                    policy_version=str(run.trainer.policy_version),
-                    config=AgentConfig.from_settings(
-                        app_settings.rollout,
-                        max_turns=config.max_turns,
-                        max_tokens_per_turn=config.max_tokens_per_turn,
-                    ),
-                )
-                results = asyncio.run(_rollout(spec, config, RolloutContext, run_episodes))
-                trainable = [r for r in results if r.episode_id and r.sub_trajectories]
-                step = run.step(max_episodes=max(len(trainable), 1)) if trainable else None
-                rewards = [r.reward for r in results if r.reward is not None]
-                summary = {
-                    "round": round_index,
-                    "episodes": len(results),
-                    "mean_reward": sum(rewards) / len(rewards) if rewards else 0.0,
-                    "statuses": sorted({r.status for r in results}),
-                    "step": step.step if step else None,
-                    "policy_version": run.trainer.policy_version,
-                    "checkpoint": str(step.checkpoint / "actor") if step else None,
-                    "metrics": step.metrics if step else {},
-                    "seconds": time.perf_counter() - started,
-                }
-                summaries.append(summary)
-                if on_round is not None:
-                    on_round(summary)
+            spec = RolloutSpec(
+                gateway_url=gw.url,
+                admin_token=gw.admin_token,
+                suites=config.suites,
+                policy="completions",
+                policy_url=f"{policy_url}/v1",
+                model=str(model_path),
+                policy_version=str(run.trainer.policy_version),
+                config=AgentConfig.from_settings(
+                    app_settings.rollout,
+                    max_turns=config.max_turns,
+                    max_tokens_per_turn=config.max_tokens_per_turn,
+                ),
+            )
+            return asyncio.run(_rounds(spec, config, run, on_round))
     finally:
         run.close()
-    return summaries
 
 
-async def _rollout(spec: Any, config: LoopConfig, context_type: Any, run_episodes: Any) -> list[Any]:
-    ctx = context_type(spec)
+async def _rounds(
+    spec: RolloutSpec,
+    config: LoopConfig,
+    run: TrainingRun,
+    on_round: Callable[[dict[str, Any]], None] | None,
+) -> list[dict[str, Any]]:
+    """The rounds on one rollout context (tokenizer, tasks, HTTP pools are built once, not per
+    round); the trainer steps on this event loop, as nothing else is in flight between rounds."""
+    ctx = RolloutContext(spec, version_source=lambda: str(run.trainer.policy_version))
+    summaries: list[dict[str, Any]] = []
+    started = time.perf_counter()  # servers up: from here on, rollout and training only
+    cpu_started = busy_cpu_seconds()
     try:
         episodes = ctx.episode_specs(config.episodes_per_task, list(config.task_filter) or None)
         concurrency = config.concurrency or len(episodes)
-        return await run_episodes(ctx, episodes, concurrency, with_intercepts=False)
+        for round_index in range(config.iterations):
+            results = await run_episodes(ctx, episodes, concurrency, with_intercepts=False)
+            trainable = [r for r in results if r.episode_id and r.sub_trajectories]
+            step = run.step(max_episodes=max(len(trainable), 1)) if trainable else None
+            rewards = [r.reward for r in results if r.reward is not None]
+            summary = {
+                "round": round_index,
+                "episodes": len(results),
+                "mean_reward": sum(rewards) / len(rewards) if rewards else 0.0,
+                "statuses": sorted({r.status for r in results}),
+                "step": step.step if step else None,
+                "policy_version": run.trainer.policy_version,
+                "checkpoint": str(step.checkpoint / "actor") if step else None,
+                "metrics": step.metrics if step else {},
+                "seconds": time.perf_counter() - started,
+                "busy_cpu_s": busy_cpu_seconds() - cpu_started,  # the machine's, all processes
+            }
+            summaries.append(summary)
+            if on_round is not None:
+                on_round(summary)
     finally:
         await ctx.aclose()
+    return summaries

@@ -1,14 +1,23 @@
 """``rlguard bench loop``: the same budget of episodes through the sync and the async loop.
 
 Both run the tiny model on built-in tasks through the real gateway (Docker sandboxes), with the policy
-server and the gateway in their own processes, the same episodes per training step, the same number
-of episodes in flight and the same torch threads for the trainer (half the cores: with more, the
-trainer's OpenMP threads spin against the rollout's processes). Each is timed from the moment its
-servers (and, async, its rollout process) are up to its last training step; start-up is left out.
-``async_vs_sync`` is the ratio of episodes per second. What bounds it: per round the sync loop
-spends ``rollout + train + reload``, the async loop about ``max(rollout, train + reload)``, so the
-ratio is at most ``1 + min/max`` of the two phases (2 when they are equal), less the pipeline's
-fill and drain, and less again as the phases compete for this machine's two cores.
+server and the gateway in their own processes, the same episodes per training step and the same
+torch threads for the trainer (half the cores: with more, the trainer's OpenMP threads spin against
+the rollout's processes). Each is timed from the moment its servers (and, async, its rollout
+process) are up to its last training step; start-up is left out. ``async_vs_sync`` is the ratio of
+episodes per second.
+
+Episodes in flight: the sync loop plays one step's batch at a time (more would change its batch or
+make its data off-policy), the async loop as many as its staleness gate admits,
+``(max_staleness + 1) * episodes_per_step`` (``--workers`` overrides it); that, and not waiting for
+the optimiser, is what asynchrony buys.
+
+What bounds it here: per round the sync loop spends ``rollout + train + reload``, the async loop
+about ``max(rollout, train + reload)``, so the ratio is at most ``1 + min/max`` of the two phases,
+less the pipeline's fill and drain. On a machine this small the CPU binds first: the tiny model, the
+sandboxes and the grader all run on the same cores, so overlap can only fill the cores the sync
+loop left idle. ``cpu_ceiling`` = cores / ``sync_busy_cores`` is the ratio the async loop would
+reach doing the same work with every core busy; ``async_busy_cores`` shows how close it came.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ def run_loop_bench(
     out_dir: Path | None = None,
     trainer_threads: int | None = None,
     repeats: int = 2,
+    workers: int | None = None,
 ) -> dict[str, Any]:
     """Run both loops on ``episodes`` episodes (``repeats`` times each, A-B-B-A); a flat dict."""
     from rlguard.async_loop import AsyncLoopConfig, run_async_loop
@@ -52,13 +62,14 @@ def run_loop_bench(
         with tempfile.TemporaryDirectory(prefix="rlguard-bench-loop-") as scratch:
             return run_loop_bench(
                 episodes, episodes_per_step, max_staleness, max_turns, max_tokens_per_turn, tasks,
-                queue_size, Path(scratch), trainer_threads, repeats,
+                queue_size, Path(scratch), trainer_threads, repeats, workers,
             )  # fmt: skip
     root = Path(out_dir)
     threads = trainer_threads or max(1, (os.cpu_count() or 2) // 2)  # the same for both modes
     settings = TrainerSettings()
     previous = os.environ.get("RLGUARD_STATE_DIR")
-    totals = {"sync": [0, 0.0], "async": [0, 0.0]}  # episodes, seconds
+    in_flight = workers or (max_staleness + 1) * episodes_per_step  # what the staleness gate admits
+    totals = {"sync": [0, 0.0, 0.0], "async": [0, 0.0, 0.0]}  # episodes, seconds, busy CPU seconds
     runs: list[dict[str, Any]] = []
     try:
         # A-B-B-A: other jobs' load drifts over minutes on a shared machine; each mode gets an early
@@ -84,12 +95,13 @@ def run_loop_bench(
                 )
                 totals["sync"][0] += sum(r["episodes"] for r in rounds)
                 totals["sync"][1] += rounds[-1]["seconds"]
+                totals["sync"][2] += rounds[-1]["busy_cpu_s"]
             else:
                 summary = run_async_loop(
                     AsyncLoopConfig(
                         total_episodes=episodes,
                         episodes_per_step=episodes_per_step,
-                        workers=episodes_per_step,
+                        workers=in_flight,
                         queue_size=queue_size or (max_staleness + 1) * episodes_per_step,
                         max_staleness=max_staleness,
                         task_filter=tasks,
@@ -104,6 +116,7 @@ def run_loop_bench(
                 )
                 totals["async"][0] += summary["episodes"]
                 totals["async"][1] += summary["seconds"]
+                totals["async"][2] += summary["busy_cpu_s"]
                 runs.append(summary)
     finally:
         if previous is None:
@@ -120,6 +133,8 @@ def run_loop_bench(
         for s in steps
     )
     read = sum(r["trained_episodes"] + r["dropped_episodes"] for r in runs)
+    cpus = os.cpu_count() or 1
+    sync_busy_cores = totals["sync"][2] / totals["sync"][1]
     return {
         "episodes": episodes,
         "episodes_per_step": episodes_per_step,
@@ -135,6 +150,10 @@ def run_loop_bench(
         "mixed_version_episodes": sum(r["mixed_version_episodes"] for r in runs),
         "sync_seconds": totals["sync"][1],
         "async_seconds": totals["async"][1],
+        "async_in_flight": in_flight,
+        "sync_busy_cores": sync_busy_cores,
+        "async_busy_cores": totals["async"][2] / totals["async"][1],
+        "cpu_ceiling": cpus / sync_busy_cores if sync_busy_cores else 0.0,
         "trainer_threads": threads,
-        "cpus": os.cpu_count(),
+        "cpus": cpus,
     }

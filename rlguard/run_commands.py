@@ -404,12 +404,15 @@ def bench_loop(
     episodes: int = typer.Option(16, "--episodes", min=4, help="Episodes through each loop"),
     episodes_per_step: int = typer.Option(2, "--episodes-per-step", min=1),
     max_staleness: int = typer.Option(1, "--max-staleness", min=0),
+    workers: int | None = typer.Option(
+        None, "--workers", min=1, help="async episodes in flight (default: what the staleness gate admits)"
+    ),
 ) -> dict[str, Any]:
     """The same episodes through ``loop --mode sync`` and ``--mode async`` (tiny model, builtin tasks)."""
     from rlguard.loop_bench import run_loop_bench
 
     try:
-        return run_loop_bench(episodes, episodes_per_step, max_staleness)
+        return run_loop_bench(episodes, episodes_per_step, max_staleness, workers=workers)
     except ValueError as exc:
         raise TrainerError(str(exc)) from None
 

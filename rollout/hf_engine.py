@@ -63,6 +63,20 @@ class ScoreCache:
 
 
 @dataclass(frozen=True)
+class GenerationRequest:
+    """One prompt to generate for and how (see :meth:`HFEngine.generate`)."""
+
+    prompt_ids: list[int]
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_token_ids: list[int] | None = None
+    stop: list[str] | None = None
+    top_logprobs: int = 0
+
+
+@dataclass(frozen=True)
 class EngineOutput:
     token_ids: list[int]
     logprobs: list[float]
@@ -130,45 +144,81 @@ class HFEngine:
         Keyword arguments: ``temperature``, ``top_p``, ``seed``, ``stop_token_ids``, ``stop`` (strings),
         ``top_logprobs`` (how many alternatives to report per token).
         """
+        return self.generate_batch([GenerationRequest(prompt_ids, max_tokens, **kwargs)])[0]
+
+    def generate_batch(self, requests: list[GenerationRequest]) -> list[EngineOutput]:
+        """Generate for several prompts in one batch, each with its own sampling, seed and stops.
+
+        Why: a forward pass of a small model costs about the same for one row as for eight (on a CPU
+        it is mostly per-call overhead), so a server that batches the requests that queued up serves
+        several episodes for the price of one, as vLLM and SGLang do. Prompts are left-padded under
+        an attention mask with per-row positions, so each row's tokens and logprobs are those of the
+        row generated alone (up to float rounding); a row that finished is carried along until the
+        last one does.
+        """
+        if not requests:
+            return []
         with _cpu_threads(self._threads):
-            return self._generate(prompt_ids, max_tokens, **kwargs)
+            return self._generate_batch(requests)
 
     @torch.inference_mode()
-    def _generate(
-        self,
-        prompt_ids: list[int],
-        max_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop_token_ids: list[int] | None = None,
-        stop: list[str] | None = None,
-        top_logprobs: int = 0,
-    ) -> EngineOutput:
-        stops = set(self.eos_token_ids) | set(stop_token_ids or [])
-        generator = torch.Generator(device=self.device)
-        generator.manual_seed(seed if seed is not None else int.from_bytes(os.urandom(6), "little"))
-        out = self.model(input_ids=torch.tensor([prompt_ids], device=self.device), use_cache=True)
-        cache, logits = _cache_of(out), out.logits[0, -1]
-        ids: list[int] = []
-        logprobs: list[float] = []
-        tops: list[dict[int, float]] = []
-        finish = "length"
-        for _ in range(max_tokens):
-            logp = torch.log_softmax(logits.float(), dim=-1)
-            token = self._sample(logits.float(), temperature, top_p, generator)
-            ids.append(token)
-            logprobs.append(float(logp[token]))
-            if top_logprobs:
-                values, indices = torch.topk(logp, top_logprobs)
-                tops.append({int(i): float(v) for i, v in zip(indices, values, strict=True)})
-            if token in stops or (stop and self._hits_stop(ids, stop)):
-                finish = "stop"
-                break
-            step = torch.tensor([[token]], device=self.device)
-            out = self.model(input_ids=step, use_cache=True, **{_CACHE_ARG: cache})
-            cache, logits = _cache_of(out), out.logits[0, -1]
-        return EngineOutput(ids, logprobs, tops if top_logprobs else None, finish)
+    def _generate_batch(self, requests: list[GenerationRequest]) -> list[EngineOutput]:
+        rows = len(requests)
+        width = max(len(r.prompt_ids) for r in requests)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        ids = torch.full((rows, width), pad, dtype=torch.long)
+        mask = torch.zeros((rows, width), dtype=torch.long)
+        for row, request in enumerate(requests):
+            ids[row, width - len(request.prompt_ids) :] = torch.tensor(request.prompt_ids)
+            mask[row, width - len(request.prompt_ids) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        ids, mask, positions = ids.to(self.device), mask.to(self.device), positions.to(self.device)
+        generators = []
+        for request in requests:
+            generator = torch.Generator(device=self.device)
+            seed = request.seed if request.seed is not None else int.from_bytes(os.urandom(6), "little")
+            generators.append(generator.manual_seed(seed))
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        cache, logits = _cache_of(out), out.logits[:, -1].float()
+        position = positions[:, -1:]
+        outputs: list[EngineOutput | None] = [None] * rows
+        generated: list[list[int]] = [[] for _ in requests]
+        logprobs: list[list[float]] = [[] for _ in requests]
+        tops: list[list[dict[int, float]]] = [[] for _ in requests]
+        stops = [set(self.eos_token_ids) | set(r.stop_token_ids or []) for r in requests]
+        while True:
+            logp = torch.log_softmax(logits, dim=-1)
+            step = torch.full((rows, 1), pad, dtype=torch.long)
+            for row, request in enumerate(requests):
+                if outputs[row] is not None:
+                    continue  # finished: fed padding until the others are done
+                token = self._sample(logits[row], request.temperature, request.top_p, generators[row])
+                generated[row].append(token)
+                logprobs[row].append(float(logp[row, token]))
+                if request.top_logprobs:
+                    values, indices = torch.topk(logp[row], request.top_logprobs)
+                    tops[row].append({int(i): float(v) for i, v in zip(indices, values, strict=True)})
+                finish = None
+                if token in stops[row] or (request.stop and self._hits_stop(generated[row], request.stop)):
+                    finish = "stop"
+                elif len(generated[row]) >= request.max_tokens:
+                    finish = "length"
+                if finish is not None:
+                    top = tops[row] if request.top_logprobs else None
+                    outputs[row] = EngineOutput(generated[row], logprobs[row], top, finish)
+                step[row, 0] = token
+            if all(o is not None for o in outputs):
+                return [o for o in outputs if o is not None]
+            mask = torch.cat([mask, torch.ones((rows, 1), dtype=torch.long, device=self.device)], dim=-1)
+            position = position + 1
+            out = self.model(
+                input_ids=step.to(self.device),
+                attention_mask=mask,
+                position_ids=position,
+                use_cache=True,
+                **{_CACHE_ARG: cache},
+            )
+            cache, logits = _cache_of(out), out.logits[:, -1].float()
 
     @staticmethod
     def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator) -> int:

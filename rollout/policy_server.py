@@ -5,7 +5,9 @@ string or token-id prompt that returns token ids (``return_token_ids``, vLLM >= 
 ``choices[].token_ids`` / ``choices[].prompt_token_ids``) and logprobs; ``/v1/chat/completions`` with
 Hermes/Qwen tool calls; ``/v1/models``; weight reload from disk (``/reload_weights`` and SGLang's
 ``/update_weights_from_disk``) so the trainer can push a new checkpoint; ``/health``.
-One model, one lock: requests are served one at a time, which is what a CPU or a small GPU can do.
+One model, one lock, and a batcher: the requests that queue while a batch generates are generated
+together in the next one (up to ``max_batch`` requests and ``max_batch_tokens`` padded prompt
+tokens), which is how vLLM and SGLang keep many concurrent episodes cheap.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollout.chat_format import ParsedCall, parse_tool_calls
-from rollout.hf_engine import HFEngine
+from rollout.hf_engine import EngineOutput, GenerationRequest, HFEngine
 from rollout.settings import PolicyServerSettings
 
 
@@ -85,6 +87,9 @@ class PolicyServer:
         self.reloads = 0
         self.lock = asyncio.Lock()
         self.reload_lock = asyncio.Lock()
+        self.batches = 0
+        self._pending: list[tuple[GenerationRequest, asyncio.Future[tuple[EngineOutput, str]]]] = []
+        self._batcher: asyncio.Task[None] | None = None
         self.app = self._build_app()
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -120,12 +125,48 @@ class PolicyServer:
                 f"length {self.engine.max_model_len}"
             )
 
-    async def _generate(self, prompt_ids: list[int], **kwargs: Any) -> tuple[Any, str]:
+    async def _generate(self, prompt_ids: list[int], **kwargs: Any) -> tuple[EngineOutput, str]:
         """The generation and the version of the weights that produced it (read under the lock, so a
-        reload waits for the generation in flight and never relabels it)."""
-        async with self.lock:
-            out = await asyncio.to_thread(self.engine.generate, prompt_ids, **kwargs)
-            return out, self.version
+        reload waits for the batch in flight and never relabels it)."""
+        done: asyncio.Future[tuple[EngineOutput, str]] = asyncio.get_running_loop().create_future()
+        self._pending.append((GenerationRequest(prompt_ids, **kwargs), done))
+        if self._batcher is None or self._batcher.done():
+            self._batcher = asyncio.create_task(self._serve_batches())
+        return await done
+
+    def _next_batch(self) -> list[tuple[GenerationRequest, asyncio.Future[tuple[EngineOutput, str]]]]:
+        """The oldest pending requests that fit the batch limits (at least one, however long)."""
+        batch: list[tuple[GenerationRequest, asyncio.Future[tuple[EngineOutput, str]]]] = []
+        width = 0
+        for item in self._pending:
+            width = max(width, len(item[0].prompt_ids))
+            if batch and (
+                len(batch) >= self.limits.max_batch or width * (len(batch) + 1) > self.limits.max_batch_tokens
+            ):
+                break
+            batch.append(item)
+        del self._pending[: len(batch)]
+        return [(request, done) for request, done in batch if not done.cancelled()]
+
+    async def _serve_batches(self) -> None:
+        """Generate batches until nothing is pending (then the task ends; the next request starts one)."""
+        while self._pending:
+            batch = self._next_batch()
+            if not batch:
+                continue
+            async with self.lock:
+                try:
+                    outputs = await asyncio.to_thread(self.engine.generate_batch, [r for r, _ in batch])
+                except Exception as exc:  # every request of the batch gets the error
+                    for _, done in batch:
+                        if not done.done():
+                            done.set_exception(exc)
+                    continue
+                version = self.version
+                self.batches += 1
+            for (_, done), output in zip(batch, outputs, strict=True):
+                if not done.done():
+                    done.set_result((output, version))
 
     def _token_strings(self, ids: list[int]) -> list[str]:
         return [self.engine.tokenizer.decode([t], skip_special_tokens=False) for t in ids]

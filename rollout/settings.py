@@ -11,6 +11,10 @@ class PolicyServerSettings(BaseModel):
     port: int = Field(8000, gt=0, lt=65536)
     max_tokens_limit: int = Field(4096, gt=0, description="Largest max_tokens a request may ask for")
     max_prompt_tokens: int = Field(16384, gt=0, description="Longest prompt accepted (400 beyond)")
+    max_batch: int = Field(8, gt=0, le=256, description="Requests generated together in one batch")
+    max_batch_tokens: int = Field(
+        65536, gt=0, description="Padded prompt tokens a batch may hold (a longer prompt goes alone)"
+    )
 
 
 class RolloutSettings(BaseModel):

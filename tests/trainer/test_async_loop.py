@@ -21,6 +21,34 @@ def test_async_config_refuses_bad_shapes() -> None:
         AsyncLoopConfig(workers=0)
 
 
+def _die_silently(events) -> None:
+    import os
+
+    events.put(("result", {"status": "finished", "reward": 1.0, "versions": [[0]]}))
+    events.close()
+    events.join_thread()  # the result reaches the pipe; then a death with no "error" and no "done"
+    os._exit(3)
+
+
+def test_a_rollout_process_that_dies_unannounced_ends_the_trainers_wait() -> None:
+    import multiprocessing
+    import time
+
+    from rlguard.async_loop import _RolloutState, take
+
+    mp = multiprocessing.get_context("spawn")
+    ids, events = mp.Queue(4), mp.Queue()
+    process = mp.Process(target=_die_silently, args=(events,))
+    process.start()
+    state = _RolloutState()
+    started = time.monotonic()
+    assert take(ids, 2, state, events, process, timeout_s=120) == []
+    process.join()
+    assert time.monotonic() - started < 60  # not the 120 s timeout: the death is noticed
+    assert state.error is not None and "exited (code 3)" in state.error
+    assert state.results == [{"status": "finished", "reward": 1.0, "versions": [[0]]}]
+
+
 @pytest.mark.docker
 def test_async_loop_trains_while_rolling_out_and_records_versions(tmp_path: Path, monkeypatch) -> None:
     from rlguard.settings import get_settings
@@ -57,3 +85,36 @@ def test_async_loop_trains_while_rolling_out_and_records_versions(tmp_path: Path
     for row in rows:
         assert all(int(v) <= summary["policy_version"] for _, _, v in row.version_spans)
     assert all(r.consumed_at is not None for r in rows)  # trained on, or dropped as too stale
+
+
+def test_busy_cpu_seconds_counts_at_least_this_processs_work() -> None:
+    import time
+
+    from rlguard.cpu_meter import busy_cpu_seconds
+
+    before_busy, before_own = busy_cpu_seconds(), time.process_time()
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:
+        pass
+    own = time.process_time() - before_own
+    # Every process's work counts, so at least ours (clock ticks: 10 ms granularity per core).
+    assert busy_cpu_seconds() - before_busy >= own - 0.05
+
+
+@pytest.mark.docker
+def test_loop_bench_reports_throughput_and_what_bounds_it(tmp_path: Path) -> None:
+    from rlguard.loop_bench import run_loop_bench
+
+    report = run_loop_bench(
+        episodes=4, episodes_per_step=2, max_turns=1, max_tokens_per_turn=8, repeats=1, out_dir=tmp_path
+    )
+    assert report["async_in_flight"] == 4  # (max_staleness 1 + 1) x 2 episodes per step
+    assert report["sync_episodes_per_s"] > 0 and report["async_episodes_per_s"] > 0
+    assert report["async_vs_sync"] == pytest.approx(
+        report["async_episodes_per_s"] / report["sync_episodes_per_s"]
+    )
+    cpus = report["cpus"]
+    for key in ("sync_busy_cores", "async_busy_cores"):
+        assert 0 < report[key] <= cpus + 0.05
+    assert report["cpu_ceiling"] == pytest.approx(cpus / report["sync_busy_cores"])
+    assert report["mean_staleness"] <= report["max_staleness"] and 0 <= report["dropped_fraction"] <= 1

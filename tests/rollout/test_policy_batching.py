@@ -1,0 +1,107 @@
+"""The policy server batches concurrent requests, and a batched row is the row generated alone."""
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rollout.hf_engine import GenerationRequest, HFEngine
+from rollout.policy_server import PolicyServer
+from rollout.serving import serve_in_thread
+from rollout.settings import PolicyServerSettings
+
+REQUESTS = [
+    GenerationRequest(list(range(5, 45)), 12, temperature=0.0),
+    GenerationRequest([7, 8, 9], 20, seed=11),
+    GenerationRequest(list(range(30, 150)), 6, seed=5, top_p=0.8, top_logprobs=2),
+    GenerationRequest([40, 41, 42, 43, 44], 16, seed=2, temperature=1.3, stop=["a"]),
+    GenerationRequest(list(range(60, 70)), 9, temperature=0.0, stop_token_ids=[12, 13, 14, 15]),
+]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir: Path) -> HFEngine:
+    return HFEngine(tiny_model_dir)
+
+
+def _alone(engine: HFEngine, request: GenerationRequest):
+    return engine.generate_batch([request])[0]
+
+
+def test_a_batched_row_equals_the_row_generated_alone(engine: HFEngine) -> None:
+    batched = engine.generate_batch(REQUESTS)
+    assert len(batched) == len(REQUESTS)
+    for request, row in zip(REQUESTS, batched, strict=True):
+        alone = _alone(engine, request)
+        assert row.token_ids == alone.token_ids
+        assert row.finish_reason == alone.finish_reason
+        assert row.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
+        assert 1 <= len(row.token_ids) <= request.max_tokens
+        # The logprobs are the model's own, whatever the padding around the row.
+        assert row.logprobs == pytest.approx(engine.score(request.prompt_ids, row.token_ids), abs=1e-4)
+        if request.top_logprobs:
+            assert row.top_logprobs is not None and len(row.top_logprobs) == len(row.token_ids)
+            assert all(len(top) == request.top_logprobs for top in row.top_logprobs)
+        else:
+            assert row.top_logprobs is None
+
+
+def test_each_row_stops_on_its_own_stop_and_length(engine: HFEngine) -> None:
+    for request, row in zip(REQUESTS, engine.generate_batch(REQUESTS), strict=True):
+        stops = set(engine.eos_token_ids) | set(request.stop_token_ids or [])
+        text = engine.tokenizer.decode(row.token_ids, skip_special_tokens=False)
+        if row.finish_reason == "length":
+            assert len(row.token_ids) == request.max_tokens
+            assert not set(row.token_ids[:-1]) & stops
+        else:
+            assert row.token_ids[-1] in stops or any(s in text for s in request.stop or [])
+
+
+async def test_concurrent_http_requests_share_batches_and_get_their_own_answers(
+    tiny_model_dir: Path,
+) -> None:
+    server = PolicyServer(HFEngine(tiny_model_dir), "tiny", PolicyServerSettings(max_batch=3))
+    payloads = [
+        {
+            "prompt": r.prompt_ids,
+            "max_tokens": r.max_tokens,
+            "temperature": r.temperature,
+            "top_p": r.top_p,
+            "seed": r.seed if r.seed is not None else 0,
+            "logprobs": 0,
+            "return_token_ids": True,
+        }
+        for r in REQUESTS
+    ] * 2
+    with serve_in_thread(server.app) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            alone = [(await client.post("/v1/completions", json=p)).json() for p in payloads[:5]]
+            batches_before = server.batches
+            together = await asyncio.gather(*(client.post("/v1/completions", json=p) for p in payloads))
+    batches = server.batches - batches_before
+    # Ten requests at once with at most three to a batch: fewer batches than requests, at least four.
+    assert 4 <= batches < len(payloads)
+    for index, response in enumerate(together):
+        assert response.status_code == 200
+        got, want = response.json()["choices"][0], alone[index % 5]["choices"][0]
+        assert got["token_ids"] == want["token_ids"]
+        assert got["logprobs"]["token_logprobs"] == pytest.approx(
+            want["logprobs"]["token_logprobs"], abs=1e-4
+        )
+
+
+def test_the_batch_token_budget_sends_a_long_prompt_alone(tiny_model_dir: Path) -> None:
+    limits = PolicyServerSettings(max_batch=8, max_batch_tokens=100)
+    server = PolicyServer(HFEngine(tiny_model_dir), "tiny", limits)
+
+    async def run() -> list[list[int]]:
+        short = [server._generate([5, 6, 7], max_tokens=4, seed=1) for _ in range(3)]
+        long = server._generate(list(range(5, 95)), max_tokens=4, seed=1)
+        results = await asyncio.gather(*short, long)
+        return [out.token_ids for out, _ in results]
+
+    outputs = asyncio.run(run())
+    assert len(outputs) == 4 and all(1 <= len(ids) <= 4 for ids in outputs)
+    # 3 short prompts (3 tokens) fit a batch; adding the 90-token prompt would pad 4 x 90 > 100.
+    assert server.batches == 2
