@@ -296,4 +296,10 @@ class Store(TrainingQueries):
                     "reward": reward,
                     "intercepts": int(n_intercepts),
                     "status": status,
+                    "version_spans": [
+                        {"start": int(start), "end": int(end), "version": str(version)}
+                        for start, end, version in sub.version_spans
+                    ]
+                    if sub.version_spans
+                    else None,
                 }

@@ -1,7 +1,9 @@
 """``rlguard export``: finished episodes as one row per sub-trajectory (JSONL or Parquet).
 
 The layout (flat rows of token ids, action mask, logprobs and an episode-level reward) is what
-verl, slime and OpenRLHF data loaders take after a column rename at most.
+verl, slime and OpenRLHF data loaders take after a column rename at most. ``version_spans`` (null
+when one policy version made the whole row) says which weights generated each token span
+``[start, end)`` of a partial rollout, so an off-policy trainer can correct per token.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ EXPORT_SCHEMA = pa.schema(
         ("reward", pa.float64()),
         ("intercepts", pa.int32()),
         ("status", pa.string()),
+        (
+            "version_spans",
+            pa.list_(pa.struct([("start", pa.int32()), ("end", pa.int32()), ("version", pa.string())])),
+        ),
     ]
 )
 BATCH_ROWS = 512

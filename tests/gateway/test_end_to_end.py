@@ -65,6 +65,8 @@ def test_episode_end_to_end_then_audit_and_export(spawn_gateway, pg_database, tm
                     "action_mask": [0, 1, 1],
                     "logprobs": [0.0, -0.5, -0.25],
                     "policy_version": "step-3",
+                    # the second row is a partial rollout: its last token came from newer weights
+                    "version_spans": [[1, 2, "step-3"], [2, 3, "step-4"]] if index else None,
                 },
                 headers=admin,
             )
@@ -107,7 +109,12 @@ def test_episode_end_to_end_then_audit_and_export(spawn_gateway, pg_database, tm
         "reward": 1.0,
         "intercepts": 1,
         "status": "finished",
+        "version_spans": [
+            {"start": 1, "end": 2, "version": "step-3"},
+            {"start": 2, "end": 3, "version": "step-4"},
+        ],
     }
+    assert rows[0]["version_spans"] is None  # one version made the whole row
     parquet = tmp_path / "out.parquet"
     _cli(pg_database, "export", "--format", "parquet", "--out", str(parquet))
     assert pq.read_table(parquet).to_pylist() == rows

@@ -190,7 +190,21 @@ def test_export_rows_layout(store: Store) -> None:
         "reward": 0.75,
         "intercepts": 1,
         "status": "finished",
+        "version_spans": None,
     }
+
+
+def test_export_rows_carry_the_version_of_each_token_span(store: Store) -> None:
+    _episode(store, "e1")
+    mixed = _sub("e1", 0, n=6)
+    mixed.version_spans = [[1, 2, "v1"], [3, 6, "v2"]]
+    store.add_sub_trajectory(mixed)
+    store.end_episode("e1", EpisodeStatus.FINISHED, reward=1.0)
+    (row,) = list(store.iter_export_rows())
+    assert row["version_spans"] == [
+        {"start": 1, "end": 2, "version": "v1"},
+        {"start": 3, "end": 6, "version": "v2"},
+    ]
 
 
 def test_concurrent_first_upserts_of_a_task_all_succeed(store: Store) -> None:
