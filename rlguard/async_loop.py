@@ -70,6 +70,8 @@ class AsyncLoopConfig:
     device: str = "cpu"
     server_process: bool = True  # the policy server in its own process (no shared interpreter lock)
     gateway_process: bool = True  # the gateway too
+    policy_url: str | None = None  # a policy server already running (vLLM, SGLang): not started here
+    served_model_name: str = "default"  # the model name that server answers to
     # The trainer's torch threads while the rollout runs beside it: leaving cores to the policy
     # server and the sandboxes beats oversubscribing them (OpenMP threads spin while they wait).
     trainer_threads: int = max(1, (os.cpu_count() or 2) // 2)
@@ -268,7 +270,7 @@ def _run(
     app_settings = get_settings()
     run, model_path = open_loop_run(config.model, config.run_dir, config.device, settings)
     version = str(run.trainer.policy_version)
-    serving = serve_loop_policy(run, config.device, config.server_process)
+    serving = serve_loop_policy(run, config.device, config.server_process, config.policy_url)
     mp = multiprocessing.get_context("spawn")
     channels = _Channels(
         ids=mp.Queue(config.queue_size),
@@ -293,6 +295,7 @@ def _run(
                 suites=config.suites,
                 policy="completions",
                 policy_url=f"{policy_url}/v1",
+                served_model_name=config.served_model_name,
                 model=str(model_path),
                 policy_version=version,
                 config=AgentConfig.from_settings(

@@ -9,8 +9,9 @@ reload it; the next round's episodes carry the new policy version.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ class LoopConfig:
     server_process: bool = False  # the policy server in a child process (as the async loop runs it)
     gateway_process: bool = False  # the gateway in a child process (as the async loop runs it)
     trainer_threads: int | None = None  # torch threads while training (None: torch's default)
+    policy_url: str | None = None  # a policy server already running (vLLM, SGLang): not started here
+    served_model_name: str = "default"  # the model name that server answers to
 
 
 def run_loop(
@@ -79,9 +82,14 @@ def open_loop_run(
     return run, model_path
 
 
-def serve_loop_policy(run: TrainingRun, device: str, in_child_process: bool) -> Any:
+def serve_loop_policy(
+    run: TrainingRun, device: str, in_child_process: bool, external_url: str | None = None
+) -> Any:
     """The policy server of a loop, serving the run's current checkpoint under its version: in a child
-    process (its own interpreter lock) or a thread. A context manager yielding the base URL."""
+    process (its own interpreter lock), a thread, or the server at ``external_url`` that someone else
+    runs (weights reach it through ``reload_protocol``). A context manager yielding the base URL."""
+    if external_url is not None:
+        return _external_policy(run, external_url)
     version = str(run.trainer.policy_version)
     if in_child_process:
         return policy_server_process(run.policy_checkpoint, device, version)
@@ -90,12 +98,22 @@ def serve_loop_policy(run: TrainingRun, device: str, in_child_process: bool) -> 
     return serve_in_thread(server.app, startup_timeout_s=120)
 
 
+@contextlib.contextmanager
+def _external_policy(run: TrainingRun, url: str) -> Iterator[str]:
+    """An external server starts on the base model: a resumed run pushes its checkpoint first."""
+    base = url.rstrip("/").removesuffix("/v1")
+    if run.trainer.policy_version:
+        run.policy_url = base
+        run.weight_sync().push(run.policy_checkpoint, str(run.trainer.policy_version))
+    yield base
+
+
 def _run(
     config: LoopConfig, settings: TrainerSettings, on_round: Callable[[dict[str, Any]], None] | None
 ) -> list[dict[str, Any]]:
     app_settings = get_settings()
     run, model_path = open_loop_run(config.model, config.run_dir, config.device, settings)
-    serving = serve_loop_policy(run, config.device, config.server_process)
+    serving = serve_loop_policy(run, config.device, config.server_process, config.policy_url)
     try:
         with (
             serving as policy_url,
@@ -108,6 +126,7 @@ def _run(
                 suites=config.suites,
                 policy="completions",
                 policy_url=f"{policy_url}/v1",
+                served_model_name=config.served_model_name,
                 model=str(model_path),
                 policy_version=str(run.trainer.policy_version),
                 config=AgentConfig.from_settings(

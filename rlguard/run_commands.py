@@ -332,6 +332,15 @@ def loop(
     queue_size: int | None = typer.Option(
         None, "--queue-size", min=1, help="async: the trainer queue's bound"
     ),
+    policy_url: str | None = typer.Option(
+        None, "--policy-url", help="A policy server already running (vLLM, SGLang), not the built-in one"
+    ),
+    reload_protocol: str | None = typer.Option(
+        None, "--reload-protocol", help="How weights reach --policy-url: builtin | sglang | vllm"
+    ),
+    served_model_name: str = typer.Option(
+        "default", "--served-model-name", help="The model name --policy-url answers to"
+    ),
 ) -> None:
     """The closed loop on the built-in policy server and tasks: rollout, train, reload, repeat.
 
@@ -341,7 +350,8 @@ def loop(
     """
     if mode not in ("sync", "async"):
         raise TrainerError(f"--mode must be sync or async, not {mode!r}")
-    settings = _settings(algo, {})
+    settings = _settings(algo, {"reload_protocol": reload_protocol})
+    server = {"policy_url": policy_url, "served_model_name": served_model_name}
     if mode == "async":
         _loop_async(
             settings,
@@ -357,6 +367,7 @@ def loop(
             run_dir=out,
             max_turns=max_turns,
             max_tokens_per_turn=max_tokens_per_turn,
+            **server,
         )
         return
     from rlguard.loop import LoopConfig, run_loop
@@ -370,6 +381,7 @@ def loop(
         run_dir=out,
         max_turns=max_turns,
         max_tokens_per_turn=max_tokens_per_turn,
+        **server,
     )
     rounds = run_loop(config, settings, on_round=None if as_json else _print_round)
     if as_json:

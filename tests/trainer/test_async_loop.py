@@ -118,3 +118,39 @@ def test_loop_bench_reports_throughput_and_what_bounds_it(tmp_path: Path) -> Non
         assert 0 < report[key] <= cpus + 0.05
     assert report["cpu_ceiling"] == pytest.approx(cpus / report["sync_busy_cores"])
     assert report["mean_staleness"] <= report["max_staleness"] and 0 <= report["dropped_fraction"] <= 1
+
+
+@pytest.mark.docker
+def test_async_loop_drives_a_policy_server_it_did_not_start(tmp_path: Path, monkeypatch) -> None:
+    """``--policy-url`` with ``--reload-protocol sglang``: a separately running server (here
+    ``rlguard policy serve`` in its own process, which speaks SGLang's ``update_weights_from_disk``)
+    plays the episodes and receives every step's weights."""
+    import httpx
+
+    from rlguard.policy_process import policy_server_process
+    from rlguard.settings import get_settings
+    from rlguard.tinymodel import resolve_model_name
+
+    monkeypatch.setenv("RLGUARD_STATE_DIR", str(tmp_path / "state"))
+    get_settings.cache_clear()
+    try:
+        model = resolve_model_name("tiny")
+        with policy_server_process(model) as url:
+            result = CliRunner().invoke(
+                app,
+                ["loop", "--mode", "async", "--episodes", "4", "--episodes-per-step", "2",
+                 "--task", "roman-numerals", "--max-turns", "1", "--max-tokens-per-turn", "16",
+                 "--policy-url", f"{url}/v1", "--reload-protocol", "sglang",
+                 "--served-model-name", Path(model).name, "--out", str(tmp_path / "run"), "--json"],
+            )  # fmt: skip
+            served = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    import json
+
+    summary = json.loads(result.output[result.output.index("{") :])
+    assert summary["episodes"] == 4 and summary["steps"] == 2
+    # The external server now serves the last step's checkpoint under the trainer's version.
+    assert served["version"] == str(summary["policy_version"]) == "2"
+    assert served["root"].endswith("step-000002/actor")
