@@ -105,3 +105,47 @@ def test_the_batch_token_budget_sends_a_long_prompt_alone(tiny_model_dir: Path) 
     assert len(outputs) == 4 and all(1 <= len(ids) <= 4 for ids in outputs)
     # 3 short prompts (3 tokens) fit a batch; adding the 90-token prompt would pad 4 x 90 > 100.
     assert server.batches == 2
+
+
+class _FailsOnMarker(HFEngine):
+    """The real engine, except that a batch holding the marker prompt fails (an engine crash)."""
+
+    marker = (3, 3, 3)
+
+    def generate_batch(self, requests):
+        if any(tuple(r.prompt_ids) == self.marker for r in requests):
+            raise RuntimeError("engine fault")
+        return super().generate_batch(requests)
+
+
+def test_an_engine_failure_fails_its_batch_only_and_the_server_keeps_serving(tiny_model_dir: Path) -> None:
+    server = PolicyServer(_FailsOnMarker(tiny_model_dir), "tiny", PolicyServerSettings(max_batch=2))
+
+    async def run() -> list:
+        calls = [
+            server._generate(list(_FailsOnMarker.marker), max_tokens=4, seed=1),
+            server._generate([5, 6, 7], max_tokens=4, seed=1),  # shares the failing batch
+            server._generate([8, 9, 10], max_tokens=4, seed=1),  # the next batch
+        ]
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    failed, shared, later = asyncio.run(run())
+    assert isinstance(failed, RuntimeError) and isinstance(shared, RuntimeError)
+    out, version = later
+    assert 1 <= len(out.token_ids) <= 4 and version == "0"
+    assert server.batches == 1  # only the batch that generated is counted
+
+
+def test_a_cancelled_request_does_not_disturb_the_others(tiny_model_dir: Path) -> None:
+    server = PolicyServer(HFEngine(tiny_model_dir), "tiny", PolicyServerSettings(max_batch=8))
+
+    async def run() -> list:
+        gone = asyncio.ensure_future(server._generate([5, 6, 7], max_tokens=8, seed=1))
+        kept = asyncio.ensure_future(server._generate([8, 9, 10], max_tokens=8, seed=2))
+        await asyncio.sleep(0)  # both queued, the batcher not yet run
+        gone.cancel()
+        return [await kept]
+
+    ((out, _),) = asyncio.run(run())
+    alone = server.engine.generate([8, 9, 10], 8, seed=2)
+    assert out.token_ids == alone.token_ids
