@@ -43,11 +43,10 @@ import torch
 from rlguard.cpu_meter import busy_cpu_seconds
 from rlguard.errors import RlguardError
 from rlguard.local_gateway import local_gateway
-from rlguard.loop import open_loop_run, serve_loop_policy
+from rlguard.loop import loop_rollout_spec, open_loop_run, serve_loop_policy
 from rlguard.policy_process import gateway_process
 from rlguard.settings import get_settings
-from rollout.agent import AgentConfig
-from rollout.runner import RolloutContext, RolloutSpec, run_one
+from rollout.runner import RolloutContext, run_one
 from trainer.settings import TrainerSettings
 from trainer.train import TrainingRun
 
@@ -289,21 +288,7 @@ def _run(
             gateway_process(app_settings) if config.gateway_process else local_gateway(app_settings) as gw,
         ):
             run.policy_url = policy_url
-            spec = RolloutSpec(
-                gateway_url=gw.url,
-                admin_token=gw.admin_token,
-                suites=config.suites,
-                policy="completions",
-                policy_url=f"{policy_url}/v1",
-                served_model_name=config.served_model_name,
-                model=str(model_path),
-                policy_version=version,
-                config=AgentConfig.from_settings(
-                    app_settings.rollout,
-                    max_turns=config.max_turns,
-                    max_tokens_per_turn=config.max_tokens_per_turn,
-                ),
-            )
+            spec = loop_rollout_spec(config, gw, policy_url, model_path, version)
             process = mp.Process(
                 target=rollout_process, args=(spec, config, channels), name="rlguard-rollout"
             )

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from rlguard.cpu_meter import busy_cpu_seconds
-from rlguard.local_gateway import local_gateway
+from rlguard.local_gateway import LocalGateway, local_gateway
 from rlguard.policy_process import gateway_process, policy_server_process
 from rlguard.settings import get_settings
 from rlguard.tinymodel import resolve_model_name
@@ -108,6 +108,27 @@ def _external_policy(run: TrainingRun, url: str) -> Iterator[str]:
     yield base
 
 
+def loop_rollout_spec(
+    config: Any, gateway: LocalGateway, policy_url: str, model_path: Path, version: str
+) -> RolloutSpec:
+    """What a loop's rollout needs (``config``: a sync or async loop's), as plain data."""
+    return RolloutSpec(
+        gateway_url=gateway.url,
+        admin_token=gateway.admin_token,
+        suites=config.suites,
+        policy="completions",
+        policy_url=f"{policy_url}/v1",
+        served_model_name=config.served_model_name,
+        model=str(model_path),
+        policy_version=version,
+        config=AgentConfig.from_settings(
+            get_settings().rollout,
+            max_turns=config.max_turns,
+            max_tokens_per_turn=config.max_tokens_per_turn,
+        ),
+    )
+
+
 def _run(
     config: LoopConfig, settings: TrainerSettings, on_round: Callable[[dict[str, Any]], None] | None
 ) -> list[dict[str, Any]]:
@@ -120,21 +141,7 @@ def _run(
             gateway_process(app_settings) if config.gateway_process else local_gateway(app_settings) as gw,
         ):
             run.policy_url = policy_url
-            spec = RolloutSpec(
-                gateway_url=gw.url,
-                admin_token=gw.admin_token,
-                suites=config.suites,
-                policy="completions",
-                policy_url=f"{policy_url}/v1",
-                served_model_name=config.served_model_name,
-                model=str(model_path),
-                policy_version=str(run.trainer.policy_version),
-                config=AgentConfig.from_settings(
-                    app_settings.rollout,
-                    max_turns=config.max_turns,
-                    max_tokens_per_turn=config.max_tokens_per_turn,
-                ),
-            )
+            spec = loop_rollout_spec(config, gw, policy_url, model_path, str(run.trainer.policy_version))
             return asyncio.run(_rounds(spec, config, run, on_round))
     finally:
         run.close()

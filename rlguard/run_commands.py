@@ -419,12 +419,21 @@ def bench_loop(
     workers: int | None = typer.Option(
         None, "--workers", min=1, help="async episodes in flight (default: what the staleness gate admits)"
     ),
+    max_turns: int = typer.Option(2, "--max-turns", min=1, help="Turns per episode"),
+    max_tokens_per_turn: int = typer.Option(48, "--max-tokens-per-turn", min=1),
 ) -> dict[str, Any]:
     """The same episodes through ``loop --mode sync`` and ``--mode async`` (tiny model, builtin tasks)."""
     from rlguard.loop_bench import run_loop_bench
 
     try:
-        return run_loop_bench(episodes, episodes_per_step, max_staleness, workers=workers)
+        return run_loop_bench(
+            episodes,
+            episodes_per_step,
+            max_staleness,
+            max_turns=max_turns,
+            max_tokens_per_turn=max_tokens_per_turn,
+            workers=workers,
+        )
     except ValueError as exc:
         raise TrainerError(str(exc)) from None
 
