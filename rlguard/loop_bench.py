@@ -7,6 +7,14 @@ the rollout's processes). Each is timed from the moment its servers (and, async,
 process) are up to its last training step; start-up is left out. ``async_vs_sync`` is the ratio of
 episodes per second.
 
+Episodes are agentic: 8 turns of up to 64 tokens each by default (``--max-turns``,
+``--max-tokens-per-turn``), so generation, not sandbox start-up and grading, takes most of an
+episode, as it does for real agents (tens of turns). Very short episodes (2 turns of 48 tokens)
+spend most of their CPU on the two containers and the grader; see the README for both shapes.
+32 episodes by default (16 steps): the pipeline's fill (the first step waits for the first
+episodes) and drain (the last episodes wait for the last step) cost about a step each, a quarter of
+a run of 8 steps.
+
 Episodes in flight: the sync loop plays one step's batch at a time (more would change its batch or
 make its data off-policy), the async loop as many as its staleness gate admits,
 ``(max_staleness + 1) * episodes_per_step`` (``--workers`` overrides it); that, and not waiting for
@@ -33,11 +41,11 @@ DEFAULT_TASKS = ("lru-cache", "roman-numerals")
 
 
 def run_loop_bench(
-    episodes: int = 16,
+    episodes: int = 32,
     episodes_per_step: int = 2,
     max_staleness: int = 1,
-    max_turns: int = 2,
-    max_tokens_per_turn: int = 48,
+    max_turns: int = 8,
+    max_tokens_per_turn: int = 64,
     tasks: tuple[str, ...] = DEFAULT_TASKS,
     queue_size: int | None = None,
     out_dir: Path | None = None,

@@ -413,14 +413,14 @@ def _print_step(summary: dict[str, Any]) -> None:
 
 def bench_loop(
     as_json: bool = typer.Option(False, "--json", help="Print JSON"),
-    episodes: int = typer.Option(16, "--episodes", min=4, help="Episodes through each loop"),
+    episodes: int = typer.Option(32, "--episodes", min=4, help="Episodes through each loop"),
     episodes_per_step: int = typer.Option(2, "--episodes-per-step", min=1),
     max_staleness: int = typer.Option(1, "--max-staleness", min=0),
     workers: int | None = typer.Option(
         None, "--workers", min=1, help="async episodes in flight (default: what the staleness gate admits)"
     ),
-    max_turns: int = typer.Option(2, "--max-turns", min=1, help="Turns per episode"),
-    max_tokens_per_turn: int = typer.Option(48, "--max-tokens-per-turn", min=1),
+    max_turns: int = typer.Option(8, "--max-turns", min=1, help="Turns per episode"),
+    max_tokens_per_turn: int = typer.Option(64, "--max-tokens-per-turn", min=1),
 ) -> dict[str, Any]:
     """The same episodes through ``loop --mode sync`` and ``--mode async`` (tiny model, builtin tasks)."""
     from rlguard.loop_bench import run_loop_bench
