@@ -44,6 +44,7 @@ from rlguard.cpu_meter import busy_cpu_seconds
 from rlguard.errors import RlguardError
 from rlguard.local_gateway import local_gateway
 from rlguard.loop import loop_rollout_spec, open_loop_run, serve_loop_policy
+from rlguard.orphans import die_with_parent
 from rlguard.policy_process import gateway_process
 from rlguard.settings import get_settings
 from rollout.runner import RolloutContext, run_one
@@ -132,8 +133,10 @@ class _Channels:
     stop: Any
 
 
-def rollout_process(spec: Any, config: AsyncLoopConfig, channels: _Channels) -> None:
-    """The rollout workers, in their own process (started by :func:`run_async_loop`)."""
+def rollout_process(spec: Any, config: AsyncLoopConfig, channels: _Channels, parent_pid: int) -> None:
+    """The rollout workers, in their own process (started by :func:`run_async_loop`); they end with
+    the trainer's process even when it is killed."""
+    die_with_parent(parent_pid)
     torch.set_num_threads(1)
     try:
         asyncio.run(_play(spec, config, channels))
@@ -290,7 +293,9 @@ def _run(
             run.policy_url = policy_url
             spec = loop_rollout_spec(config, gw, policy_url, model_path, version)
             process = mp.Process(
-                target=rollout_process, args=(spec, config, channels), name="rlguard-rollout"
+                target=rollout_process,
+                args=(spec, config, channels, os.getpid()),
+                name="rlguard-rollout",
             )
             process.start()
             try:

@@ -10,6 +10,8 @@ endpoint (``trainer.reload``), and the gateway reads the same settings (environm
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import socket
 import subprocess
 import sys
@@ -24,6 +26,7 @@ import httpx
 from rlguard.errors import RlguardError
 from rlguard.gateway.auth import ensure_admin_token
 from rlguard.local_gateway import LocalGateway
+from rlguard.orphans import die_with_parent
 from rlguard.settings import Settings
 
 
@@ -72,7 +75,12 @@ def _child(
     command: list[str], url: str, health: str, startup_timeout_s: float, what: str, stop_timeout_s: float = 15
 ) -> Iterator[str]:
     with tempfile.TemporaryFile() as log:  # a file, not a pipe: a chatty child never blocks on it
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            preexec_fn=functools.partial(die_with_parent, os.getpid()),  # no orphan if we are killed
+        )
         try:
             _wait_until_up(process, log, url + health, startup_timeout_s, what)
             yield url

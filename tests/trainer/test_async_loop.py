@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,71 @@ def test_async_loop_drives_a_policy_server_it_did_not_start(tmp_path: Path, monk
     # The external server now serves the last step's checkpoint under the trainer's version.
     assert served["version"] == str(summary["policy_version"]) == "2"
     assert served["root"].endswith("step-000002/actor")
+
+
+def _sleep_with_parent(parent_pid: int) -> None:
+    """A stand-in for the rollout process: it asks to die with its parent, then waits."""
+    import time
+
+    from rlguard.orphans import die_with_parent
+
+    die_with_parent(parent_pid)
+    time.sleep(300)
+
+
+_KILLED_PARENT = """
+import multiprocessing, os, sys, time
+from tests.trainer.test_async_loop import _sleep_with_parent
+from rlguard.policy_process import policy_server_process
+
+if __name__ == "__main__":
+    child = multiprocessing.get_context("spawn").Process(target=_sleep_with_parent, args=(os.getpid(),))
+    child.start()
+    with policy_server_process(sys.argv[1]):
+        print("ready", flush=True)
+        time.sleep(300)
+"""
+
+
+def test_a_killed_loop_leaves_no_policy_server_or_rollout_process_behind(tmp_path: Path, monkeypatch) -> None:
+    """SIGKILL runs no ``finally``: the children must end on their own (the kernel tells them)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    from rlguard.settings import get_settings
+    from rlguard.tinymodel import resolve_model_name
+
+    monkeypatch.setenv("RLGUARD_STATE_DIR", str(tmp_path / "state"))
+    get_settings.cache_clear()
+    try:
+        model = resolve_model_name("tiny")
+    finally:
+        get_settings.cache_clear()
+    root = Path(__file__).resolve().parents[2]
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_PARENT, str(model)],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    children: list[psutil.Process] = []
+    try:
+        assert parent.stdout is not None and parent.stdout.readline().strip() == "ready"
+        children = psutil.Process(parent.pid).children()
+        commands = [" ".join(c.cmdline()) for c in children]
+        assert any("policy serve" in c for c in commands) and any("spawn_main" in c for c in commands)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=30)
+        _, alive = psutil.wait_procs(children, timeout=30)
+        assert alive == [], [" ".join(p.cmdline()) for p in alive]
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        for child in children:  # only when the test failed: nothing may outlive it
+            with contextlib.suppress(psutil.Error):
+                child.kill()
