@@ -1,6 +1,8 @@
 """The policy server batches concurrent requests, and a batched row is the row generated alone."""
 
 import asyncio
+import math
+import threading
 from pathlib import Path
 
 import httpx
@@ -58,10 +60,29 @@ def test_each_row_stops_on_its_own_stop_and_length(engine: HFEngine) -> None:
             assert row.token_ids[-1] in stops or any(s in text for s in request.stop or [])
 
 
+class _GatedEngine(HFEngine):
+    """The real engine, except that its first batch waits for the test's word: the other requests
+    then queue behind it for certain, whatever the machine's load."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.gate = threading.Event()
+        self.first_rows: int | None = None
+
+    def generate_batch(self, requests):
+        if self.first_rows is None:
+            self.first_rows = len(requests)
+            if not self.gate.wait(60):
+                raise TimeoutError("the test never opened the gate")
+        return super().generate_batch(requests)
+
+
 async def test_concurrent_http_requests_share_batches_and_get_their_own_answers(
     tiny_model_dir: Path,
 ) -> None:
-    server = PolicyServer(HFEngine(tiny_model_dir), "tiny", PolicyServerSettings(max_batch=3))
+    alone_engine = HFEngine(tiny_model_dir)
+    engine = _GatedEngine(tiny_model_dir)
+    server = PolicyServer(engine, "tiny", PolicyServerSettings(max_batch=3))
     payloads = [
         {
             "prompt": r.prompt_ids,
@@ -74,21 +95,30 @@ async def test_concurrent_http_requests_share_batches_and_get_their_own_answers(
         }
         for r in REQUESTS
     ] * 2
+
+    async def open_gate_once_all_queued() -> None:
+        while engine.first_rows is None or len(server._pending) < len(payloads) - engine.first_rows:
+            await asyncio.sleep(0.01)
+        engine.gate.set()
+
     with serve_in_thread(server.app) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60) as client:
-            alone = [(await client.post("/v1/completions", json=p)).json() for p in payloads[:5]]
-            batches_before = server.batches
-            together = await asyncio.gather(*(client.post("/v1/completions", json=p) for p in payloads))
-    batches = server.batches - batches_before
-    # Ten requests at once with at most three to a batch: fewer batches than requests, at least four.
-    assert 4 <= batches < len(payloads)
+            sent = asyncio.gather(*(client.post("/v1/completions", json=p) for p in payloads))
+            together, _ = await asyncio.wait_for(asyncio.gather(sent, open_gate_once_all_queued()), 120)
+    # The first batch took what had arrived; the rest queued and went three to a batch.
+    first = engine.first_rows
+    assert first is not None and 1 <= first <= 3
+    assert server.batches == 1 + math.ceil((len(payloads) - first) / 3) <= 4
     for index, response in enumerate(together):
         assert response.status_code == 200
-        got, want = response.json()["choices"][0], alone[index % 5]["choices"][0]
-        assert got["token_ids"] == want["token_ids"]
-        assert got["logprobs"]["token_logprobs"] == pytest.approx(
-            want["logprobs"]["token_logprobs"], abs=1e-4
-        )
+        got = response.json()["choices"][0]
+        request = REQUESTS[index % 5]
+        want = alone_engine.generate_batch(
+            [GenerationRequest(request.prompt_ids, request.max_tokens, request.temperature, request.top_p,
+                               request.seed if request.seed is not None else 0)]
+        )[0]  # fmt: skip
+        assert got["token_ids"] == want.token_ids
+        assert got["logprobs"]["token_logprobs"] == pytest.approx(want.logprobs, abs=1e-4)
 
 
 def test_the_batch_token_budget_sends_a_long_prompt_alone(tiny_model_dir: Path) -> None:
