@@ -1,9 +1,11 @@
 """Episode context for stage 1: a call read together with what the episode and the repository know.
 
-``enrich`` adds to a normalised call what one call cannot show: the files it runs that earlier
-calls wrote (``EpisodeMemory.expand``) and the git objects it names that lie beyond the task's
-base (``guard.repo.git_facts``). Lost or broken state never fails the call: an error while reading
-the memory becomes the fact ``memory_error:<reason>``, which the rules escalate.
+``enrich`` adds to a normalised call what one call cannot show: the files it runs that earlier calls
+wrote (``EpisodeMemory.expand``), the git objects it names that lie beyond the task's base
+(``guard.repo.git_facts``) and, on every call, whether the sandbox's repository is neutral
+(``guard.repo.neutral_facts``: it holds nothing beyond the base, so reading ``.git`` is harmless).
+Lost or broken state never fails the call: an error while reading the memory becomes the fact
+``memory_error:<reason>``, which the rules escalate.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import logging
 from dataclasses import dataclass, field, replace
 
 from guard.memory import EpisodeMemory
-from guard.repo import RepoContext, git_facts
+from guard.repo import RepoContext, git_facts, neutral_facts
 from guard.types import CodeBlock, NormalizedCall, ToolCall
 
 MAX_CONFIG_CHARS = 64 * 1024
@@ -71,8 +73,9 @@ def enrich(
         except Exception as exc:  # a memory bug must cost a judge call, never the tool call
             log.exception("episode memory failed; the call is escalated")
             normalized = replace(normalized, facts=(*normalized.facts, f"memory_error:{type(exc).__name__}"))
+    extra = neutral_facts(repo)  # every call: reading .git is harmless once nothing lies beyond
     if any(c.program == "git" for c in normalized.commands):
-        extra = git_facts(normalized.commands, repo)
-        if extra:
-            normalized = replace(normalized, facts=tuple(dict.fromkeys((*normalized.facts, *extra))))
+        extra += git_facts(normalized.commands, repo)
+    if extra:
+        normalized = replace(normalized, facts=tuple(dict.fromkeys((*normalized.facts, *extra))))
     return normalized

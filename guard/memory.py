@@ -30,6 +30,7 @@ Expansion results are cached by (path, SHA-256 of the text), so a script run ten
 from __future__ import annotations
 
 import hashlib
+import json
 import posixpath
 import re
 import threading
@@ -37,9 +38,14 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any
 
-from guard.normalize.shell import Findings, ShellWalker, Unparseable, lang_for_path
+from guard.aliases import Aliases
+from guard.normalize.budget import Unparseable
+from guard.normalize.findings import Findings
+from guard.normalize.languages import lang_for_path
+from guard.normalize.patches import patch_hunks
+from guard.normalize.shell import ShellWalker
 from guard.paths import WORKSPACE, absolute
-from guard.types import CodeBlock, Command, NormalizedCall, ToolCall
+from guard.types import CodeBlock, Command, Effect, NormalizedCall, ToolCall
 
 MAX_FILES = 256
 MAX_FILE_CHARS = 128 * 1024
@@ -47,6 +53,7 @@ MAX_TOTAL_CHARS = 4 * 1024 * 1024
 MAX_FORGOTTEN = 4096
 MAX_EXPANSIONS = 512  # cached readings of (path, content hash)
 MAX_MEMORY_TEXT = 4096  # characters of remembered code added to the call's canonical text
+MAX_GIT_CONFIG = 256  # git configuration keys remembered (aliases, core.hooksPath)
 
 _PY = re.compile(r"^(?:python[\d.]*|pypy[\d.]*)$")
 _SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh"})
@@ -59,6 +66,11 @@ _PYTEST_CONFIG = frozenset({"pytest.ini", "tox.ini", "setup.cfg", "pyproject.tom
 _STARTUP = re.compile(r"(?:^|/)(?:sitecustomize\.py|usercustomize\.py|[^/]*\.pth)$")
 _SYSTEM_BIN = ("/usr/bin/", "/bin/", "/usr/sbin/", "/sbin/")
 _MAKE_RULE = re.compile(r"^([A-Za-z0-9_./%-][^:=\s]*(?:\s+[^:=\s]+)*)\s*::?(?!=)(.*)$")
+_GIT_CONFIG_FILES = re.compile(r"(?:^|/)(?:\.gitconfig|\.git/config|\.config/git/config)$")
+_INI_SECTION = re.compile(r"^\s*\[\s*([\w.-]+)(?:\s+\"([^\"]*)\")?\s*\]\s*$")
+_INI_VALUE = re.compile(r"^\s*([\w.-]+)\s*=\s*(.*?)\s*$")
+# git sub-commands whose hooks a configured ``core.hooksPath`` elsewhere skips
+_HOOKED = frozenset({"commit", "push", "merge", "rebase", "am", "cherry-pick", "revert", "pull"})
 
 
 @dataclass
@@ -87,6 +99,34 @@ def _lang(path: str, text: str) -> str | None:
             if name in first:
                 return kind
     return None
+
+
+_PACKAGE_RUNNERS = frozenset({"npm", "yarn", "pnpm", "bun"})
+_PACKAGE_BUILTINS = frozenset(
+    {"install", "i", "add", "ci", "remove", "uninstall", "update", "init", "exec", "x"}
+)
+
+
+def _package_script(program: str, operands: list[str]) -> str | None:
+    """The package.json script a runner call runs: ``npm test``, ``npm run X``, ``yarn X``."""
+    if not operands:
+        return None
+    if operands[0] in ("run", "run-script") and len(operands) > 1:
+        return operands[1]
+    if operands[0] in ("test", "t", "tst", "start", "stop"):
+        return {"t": "test", "tst": "test"}.get(operands[0], operands[0])
+    if program != "npm" and operands[0] not in _PACKAGE_BUILTINS:
+        return operands[0]  # yarn/pnpm/bun run a script by its bare name
+    return None
+
+
+def _package_scripts(text: str) -> dict[str, str]:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    scripts = data.get("scripts") if isinstance(data, dict) else None
+    return {k: v for k, v in scripts.items() if isinstance(v, str)} if isinstance(scripts, dict) else {}
 
 
 def make_recipes(text: str, targets: list[str]) -> str:
@@ -132,6 +172,11 @@ class EpisodeMemory:
         self.executables: set[str] = set()
         self._expansions: OrderedDict[tuple[str, str, str], Findings | str] = OrderedDict()
         self._lock = threading.Lock()
+        # links and copies earlier calls made (guard.aliases): a copy of a hidden file stays hidden
+        self.aliases = Aliases()
+        # git configuration earlier calls set (``git config alias.ci ...``, a written ``.gitconfig``),
+        # keys lower-cased: applied to later git commands, as git itself would
+        self.git_config: OrderedDict[str, str] = OrderedDict()
 
     # ---- recording -------------------------------------------------------------------------------
     def known(self, path: str) -> str | None:
@@ -174,6 +219,8 @@ class EpisodeMemory:
     def observe(self, call: ToolCall, normalized: NormalizedCall) -> None:
         """Record what ``call`` (already run, not decoyed) left behind."""
         with self._lock:
+            self.aliases.record(normalized.effects)
+            self._observe_git_config(normalized)
             if call.tool == "edit_file" and isinstance(call.arguments, dict):
                 self._observe_edit(call.arguments, normalized)
                 return
@@ -204,6 +251,74 @@ class EpisodeMemory:
                             if entry is not None:
                                 self._chars -= len(entry.text)
 
+    def _observe_git_config(self, normalized: NormalizedCall) -> None:
+        """``git config [--global] KEY VALUE`` and written git configuration files (``[alias]``,
+        ``[core] hooksPath``): later git commands run with them."""
+        for cmd in normalized.commands:
+            argv = list(cmd.argv)
+            if cmd.program != "git" or len(argv) < 3 or argv[1] != "config":
+                continue
+            words = [a for a in argv[2:] if not a.startswith("-")]
+            if "--unset" in argv or "--unset-all" in argv:
+                if words:
+                    self.git_config.pop(words[0].lower(), None)
+            elif len(words) >= 2:
+                self._set_git_config(words[0], " ".join(words[1:]))
+        for path, content in normalized.files:
+            if _GIT_CONFIG_FILES.search(path):
+                self._read_git_config_file(content)
+
+    def _read_git_config_file(self, content: str) -> None:
+        section = ""
+        for line in content.splitlines():
+            head = _INI_SECTION.match(line)
+            if head is not None:
+                section = head.group(1) + (f".{head.group(2)}" if head.group(2) else "")
+                continue
+            value = _INI_VALUE.match(line)
+            if value is not None and section:
+                self._set_git_config(f"{section}.{value.group(1)}", value.group(2).strip('"'))
+
+    def _set_git_config(self, key: str, value: str) -> None:
+        key = key.lower()
+        self.git_config.pop(key, None)
+        self.git_config[key] = value
+        while len(self.git_config) > MAX_GIT_CONFIG:
+            self.git_config.popitem(last=False)
+
+    def _git_expansion(self, normalized: NormalizedCall) -> Findings | None:
+        """Later git commands read with the remembered configuration: an alias runs what it names
+        (``git ci`` after ``alias.ci = commit --no-verify``), and hooks moved away by
+        ``core.hooksPath`` skip the project's gates (``git_hooks_path:<value>``)."""
+        if not self.git_config:
+            return None
+        aliases = {k[6:]: v for k, v in self.git_config.items() if k.startswith("alias.")}
+        hooks = self.git_config.get("core.hookspath")
+        found: Findings | None = None
+        for cmd in normalized.commands:
+            if cmd.program != "git":
+                continue
+            sub = next((a for a in cmd.argv[1:] if not a.startswith("-")), "")
+            if sub in aliases:
+                found = found or Findings(ShellWalker)
+                value = aliases[sub]
+                rest = list(cmd.argv[cmd.argv.index(sub) + 1 :])
+                try:
+                    walker = ShellWalker(found, 0, f"git alias {sub}")
+                    if value.startswith("!"):
+                        walker.run(" ".join([value[1:], *rest]))
+                    else:
+                        walker.git_aliases = dict(aliases)
+                        walker.dispatch(["git", sub, *rest], None, 0, f"git alias {sub}")
+                except (Unparseable, RecursionError):
+                    found.facts.append(f"memory_unreadable:git alias {sub}")
+                expanded = aliases[sub].lstrip("!").split()
+                sub = next((a for a in expanded if a not in ("git",) and not a.startswith("-")), sub)
+            if hooks is not None and sub in _HOOKED:
+                found = found or Findings(ShellWalker)
+                found.facts.append(f"git_hooks_path:{hooks}")
+        return found
+
     def _observe_edit(self, arguments: dict[str, Any], normalized: NormalizedCall) -> None:
         path = next((f[len("edit:") :] for f in normalized.facts if f.startswith("edit:")), None)
         old = arguments.get("old_str", arguments.get("old_string", ""))
@@ -221,6 +336,7 @@ class EpisodeMemory:
     def expand(self, normalized: NormalizedCall) -> NormalizedCall:
         """``normalized`` plus what it runs of remembered files (unchanged when it runs none)."""
         with self._lock:
+            normalized = self._with_git_config(normalized)
             targets = self._targets(normalized)
             for block in normalized.blocks:  # ``python -c 'import helpers'``: code run by the call itself
                 if block.lang == "python" and block.origin == "run":
@@ -233,6 +349,7 @@ class EpisodeMemory:
             commands: list[Command] = []
             blocks: list[CodeBlock] = []
             paths: list[str] = []
+            effects: list[Effect] = []
             rendered: list[str] = []
             seen: set[str] = set()
             queue = list(targets)
@@ -263,6 +380,7 @@ class EpisodeMemory:
                     for c in found.commands
                 )
                 facts.extend(found.facts)
+                effects.extend(found.effects)
                 blocks.extend(found.blocks)
                 # the same text is also code the agent wrote: rules about written code see it too
                 blocks.extend(replace(b, origin="write") for b in found.blocks if b.origin == "run")
@@ -287,7 +405,22 @@ class EpisodeMemory:
                 blocks=normalized.blocks + tuple(blocks),
                 paths=tuple(dict.fromkeys((*normalized.paths, *paths))),
                 code=normalized.code + tuple(b.text for b in blocks),
+                effects=normalized.effects + tuple(effects),
             )
+
+    def _with_git_config(self, normalized: NormalizedCall) -> NormalizedCall:
+        found = self._git_expansion(normalized)
+        if found is None:
+            return normalized
+        return replace(
+            normalized,
+            text=normalized.text
+            + "\n# git, with the configuration written earlier in this episode\n"
+            + "\n".join(f"$ [{c.source}] {' '.join(c.argv)}" for c in found.commands),
+            commands=normalized.commands + tuple(found.commands),
+            facts=tuple(dict.fromkeys((*normalized.facts, *found.facts))),
+            effects=normalized.effects + tuple(found.effects),
+        )
 
     def _module_paths(self, module: str) -> list[str]:
         rel = module.replace(".", "/")
@@ -332,6 +465,16 @@ class EpisodeMemory:
                     out.append((absolute(operands[0], WORKSPACE), "file", ""))
             elif program in _INTERPRETERS and operands:
                 out.append((absolute(operands[0], WORKSPACE), "file", ""))
+            elif program == "patch" or (program == "git" and argv[1:2] in (["apply"], ["am"])):
+                # a diff written earlier, applied now: the files it changes are this call's changes
+                named = [absolute(o, WORKSPACE) for o in operands if o not in ("apply", "am")]
+                named += [e.path for e in normalized.effects if e.op == "read"]
+                out.extend((p, "patch", "") for p in dict.fromkeys(named) if p in self._files)
+            elif program in _PACKAGE_RUNNERS and f"{WORKSPACE}/package.json" in self._files:
+                # ``npm test`` / ``npm run X`` / ``yarn X``: the package.json script written earlier
+                script = _package_script(program, operands)
+                if script:
+                    out.append((f"{WORKSPACE}/package.json", "npm", script))
             elif program == "make":
                 directory = WORKSPACE
                 if "-C" in argv[1:]:
@@ -377,16 +520,27 @@ class EpisodeMemory:
         if cached is not None:
             self._expansions.move_to_end(key)
             return cached
-        f = Findings()
+        f = Findings(ShellWalker)
         try:
-            if kind == "make":
+            if kind == "patch":
+                for target, removed, added, created in patch_hunks(entry.text, WORKSPACE):
+                    if created:
+                        f.note_write(target, added, WORKSPACE, 1)
+                    else:
+                        f.note_edit(target, removed, added, 1)
+            elif kind == "npm":
+                command = _package_scripts(entry.text).get(extra)
+                if command:
+                    ShellWalker(f, 0, f"script package.json:{extra}").run(command)
+            elif kind == "make":
                 ShellWalker(f, 0, "make").run(make_recipes(entry.text, extra.split()))
                 f.blocks.append(CodeBlock("make", entry.text, "run", path, ()))
             elif kind == "rc" or entry.lang == "shell":  # shell scripts and start-up files
                 ShellWalker(f, 0, f"script {path}").run(entry.text)
                 f.blocks.append(CodeBlock("shell", entry.text, "run", path, ()))
             elif entry.lang is not None:
-                f.add_code(entry.lang, entry.text, "run", path, 0, posixpath.dirname(path) or WORKSPACE)
+                # relative paths in a script resolve from where it is launched: the workspace, as agents do
+                f.add_code(entry.lang, entry.text, "run", path, 0, WORKSPACE)
             else:
                 ShellWalker(f, 0, f"script {path}").run(entry.text)
         except (Unparseable, RecursionError) as exc:

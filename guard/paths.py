@@ -73,13 +73,25 @@ class _Pattern:
 
 def _compile(pattern: str) -> _Pattern:
     anywhere = pattern.startswith("**/")
-    core = pattern.removeprefix("**/").removesuffix("/**").strip("/")
+    core = pattern.removeprefix("**/")
+    while core.endswith(("/**", "/")):
+        core = core.removesuffix("/**").removesuffix("/")
+    core = core.strip("/") if anywhere else core
     if not anywhere and not pattern.startswith("/"):
-        core = absolute(core).strip("/")
+        core = absolute(core)
     components = tuple(c for c in core.split("/") if c)
-    body = "/".join(_component_regex(c) for c in components)
-    regex = re.compile(f"(?:^|/){body}(?:/|$)" if anywhere else f"^/{body}(?:/|$)")
+    regex = re.compile(("(?:^|/)" if anywhere else "^/") + _body_regex(components))
     return _Pattern(pattern, regex, components, anywhere)
+
+
+def _body_regex(components: tuple[str, ...]) -> str:
+    """Components as a regex over a path: ``**`` spans any number of directories, and the match
+    ends at a component boundary (a pattern covers the path it names and everything below)."""
+    pieces: list[str] = []
+    for component in components:
+        pieces.append("(?:[^/]+/)*" if component == "**" else _component_regex(component) + "/")
+    body = "".join(pieces)
+    return body[:-1] + "(?:/|$)" if body.endswith("/") else body
 
 
 def _overlaps(arg_component: str, protected_component: str) -> bool:
@@ -99,19 +111,34 @@ class ProtectedPaths:
         alternatives = "|".join(f"(?P<p{i}>{c.regex.pattern})" for i, c in enumerate(self._compiled))
         self._any = re.compile(alternatives) if alternatives else None
 
-    def match(self, path: str, cwd: str = WORKSPACE) -> str | None:
-        """The protected pattern ``path`` falls under (itself or any descendant), or None."""
+    def match(self, path: str, cwd: str = WORKSPACE, narrow: bool = False) -> str | None:
+        """The protected pattern ``path`` falls under (itself or any descendant), or None. A glob
+        ``path`` matches when it could expand into a protected tree; with ``narrow`` a ``**`` that
+        spans a whole pattern must leave a name, not a wildcard (deleting ``**/*.pyc`` is not
+        aimed at a protected directory; searching ``/**/test_*.py`` does reach hidden tests)."""
         if not path or "\n" in path:
             return None
         full = absolute(path, cwd)
         if _GLOB_CHARS.search(full):
-            return self._match_glob(full)
+            return self._match_glob(full, narrow)
         hit = self._any.search(full) if self._any is not None else None
         if hit is None or hit.lastgroup is None:
             return None
         return self._compiled[int(hit.lastgroup[1:])].source
 
-    def _match_glob(self, full: str) -> str | None:
+    def contains(self, directory: str, cwd: str = WORKSPACE) -> str | None:
+        """The anchored pattern that names something strictly below ``directory`` (a directory
+        operation there, ``rm -r``/``grep -r``/``mv``, reaches it), or None. Patterns that may
+        match at any depth (``**/NAME``) say nothing about a given directory and never count."""
+        if not directory or "\n" in directory:
+            return None
+        parts = tuple(c for c in absolute(directory, cwd).split("/") if c)
+        for pattern in self._compiled:
+            if not pattern.anywhere and _ancestor(parts, pattern.components):
+                return pattern.source
+        return None
+
+    def _match_glob(self, full: str, narrow: bool = False) -> str | None:
         arg = tuple(c for c in full.split("/") if c)
         for pattern in self._compiled:
             if pattern.anywhere:
@@ -119,11 +146,37 @@ class ProtectedPaths:
                 if any(a.strip("*?") and any(_overlaps(a, p) for p in pattern.components) for a in arg):
                     return pattern.source
                 continue
-            k = len(pattern.components)
-            if len(arg) >= k and all(
-                _overlaps(a, p) for a, p in zip(arg[:k], pattern.components, strict=False)
-            ):
-                return pattern.source
-            if "**" in arg and any(_overlaps(a, pattern.components[-1]) for a in arg if a != "**"):
+            if _intersect(arg, pattern.components, narrow=narrow):
                 return pattern.source
         return None
+
+
+def _ancestor(parts: tuple[str, ...], components: tuple[str, ...]) -> bool:
+    """Whether the directory ``parts`` is a proper ancestor of something ``components`` match."""
+    if not components:
+        return False
+    if not parts:
+        return True
+    head = components[0]
+    if head == "**":
+        return True  # below this point anything can lie
+    return fnmatchcase(parts[0], head) and _ancestor(parts[1:], components[1:])
+
+
+def _intersect(
+    arg: tuple[str, ...], pattern: tuple[str, ...], spanned: bool = False, narrow: bool = False
+) -> bool:
+    """Could a path matched by the glob ``arg`` lie at or below a path ``pattern`` matches?
+    (``**`` in either spans any number of components; a pattern covers its subtree.) With
+    ``narrow``, where the argument's ``**`` had to span the whole pattern, what it leaves must
+    name something (``find . -name pre-commit``), not anything (``find . -name '*.pyc'`` says
+    nothing about what a protected directory holds)."""
+    if not pattern:
+        return not (narrow and spanned) or not any(_GLOB_CHARS.search(a) for a in arg)
+    if not arg:
+        return all(p == "**" for p in pattern)
+    if pattern[0] == "**":
+        return _intersect(arg, pattern[1:], spanned, narrow) or _intersect(arg[1:], pattern, spanned, narrow)
+    if arg[0] == "**":
+        return _intersect(arg[1:], pattern, spanned, narrow) or _intersect(arg, pattern[1:], True, narrow)
+    return _overlaps(arg[0], pattern[0]) and _intersect(arg[1:], pattern[1:], spanned, narrow)

@@ -19,9 +19,10 @@ on the caller's event loop: one episode's heavy call cannot stall another episod
 
 A decoyed bash call comes with ``GuardDecision.rewrite``: the agent's own line with only the
 intercepted commands replaced by stubs (``guard.decoys.splice``), which the gateway runs in the
-sandbox instead, so the rest of the line behaves as bash makes it behave. A call that only
-changes tests grading restores (``guard.decoys.restored``) is not decoyed at all: it runs,
-flagged. The optional ``probe`` (for file-tool decoys: ``cat -- PATH`` of an edited file) lets
+sandbox instead, so the rest of the line behaves as bash makes it behave. A call whose every
+change lands on paths grading restores (the task's integrity surface, ``guard.integrity``) is
+not decoyed at all: it runs, flagged. The optional ``probe`` (for file-tool decoys: ``cat --
+PATH`` of an edited file) lets
 the gateway read the sandbox for the decoy's sake; it is only awaited when such a decoy is built.
 """
 
@@ -38,11 +39,11 @@ from dataclasses import replace
 
 from guard.context import EpisodeState
 from guard.decoys import MAYBE_ABSENT, culprit_of, make_decoy, probe_command
-from guard.decoys.restored import only_restored_writes
 from guard.decoys.splice import SpliceError, whole_line
 from guard.decoys.splice import rewrite as rewrite_line
+from guard.integrity import surface_of
 from guard.judge import Judge, JudgeEvent, JudgeStats
-from guard.review import PatchReview, review_patch
+from guard.review import ChangedFile, PatchReview, review_patch
 from guard.rules import RuleEngine
 from guard.settings import GuardSettings
 from guard.types import (
@@ -50,6 +51,7 @@ from guard.types import (
     Category,
     GuardContext,
     GuardDecision,
+    Integrity,
     RuleMatch,
     RuleResult,
     Stage,
@@ -62,9 +64,9 @@ Probe = Callable[[str], Awaitable[ToolAnswer]]
 log = logging.getLogger("rlguard.guard")
 
 PROBE_TIMEOUT_S = 5.0
-RESTORED_REASON = "changes only tests that grading restores: run and flagged"
+RESTORED_REASON = "changes only paths that grading restores: run and flagged"
 STAGE1_WORKERS = 8  # threads for stage 1 and decoys; a call of one episode occupies at most one
-_ENGINES_KEPT = 64  # distinct per-task protected-path sets whose compiled rules stay cached
+_ENGINES_KEPT = 64  # distinct per-task surfaces whose engines (and their caches) stay cached
 _CATEGORIES = frozenset(c.value for c in Category)
 
 
@@ -82,7 +84,9 @@ class Guard:
         self.engine = engine
         self.judge = judge
         self._extra = tuple(extra_protected_paths)
-        self._engines: OrderedDict[tuple[str, ...], RuleEngine] = OrderedDict({(): engine})
+        self._engines: OrderedDict[tuple[tuple[str, ...], Integrity], RuleEngine] = OrderedDict(
+            {((), Integrity()): engine}
+        )
         self._workers = ThreadPoolExecutor(STAGE1_WORKERS, thread_name_prefix="guard-stage1")
 
     @classmethod
@@ -107,12 +111,13 @@ class Guard:
     def protected_paths(self) -> tuple[str, ...]:
         return (*self.settings.protected_paths, *self._extra)
 
-    def engine_for(self, task_paths: Sequence[str]) -> RuleEngine:
-        """The rule engine that also protects a task's own paths (compiled once per distinct set)."""
-        key = tuple(task_paths)
+    def engine_for(self, task_paths: Sequence[str], integrity: Integrity | None = None) -> RuleEngine:
+        """The rule engine that also hides a task's own paths and applies its integrity surface
+        (the compiled rules are shared; one engine, with its cache, per distinct task surface)."""
+        key = (tuple(task_paths), integrity or Integrity())
         engine = self._engines.get(key)
         if engine is None:
-            engine = RuleEngine.from_settings(self.settings, (*self._extra, *key))
+            engine = self.engine.for_task((*self.protected_paths, *key[0]), key[1])
             self._engines[key] = engine
             while len(self._engines) > _ENGINES_KEPT:
                 self._engines.popitem(last=False)
@@ -124,10 +129,14 @@ class Guard:
     ) -> RuleResult:
         """Stage 1 only, synchronous: for benchmarks, corpus evaluation and the first step of ``check``.
         With ``state``, the call is read with the episode's memory and the repository context."""
-        engine = self.engine_for(context.protected_paths) if context is not None else self.engine
+        engine = self._engine_for_context(context) if context is not None else self.engine
         if state is None:
             return engine.evaluate(call)
         return engine.evaluate(call, state.memory, state.repo)
+
+    def _engine_for_context(self, context: GuardContext) -> RuleEngine:
+        """The engine of a call's task: its own hidden paths and its integrity surface."""
+        return self.engine_for(context.protected_paths, context.surface)
 
     async def check(
         self,
@@ -163,7 +172,7 @@ class Guard:
                 decoy, rewrite, ran = await loop.run_in_executor(
                     self._workers, self._bash_decoy, call, result, context, state
                 )
-            elif not only_restored_writes(result, context.restored_paths):
+            elif not surface_of(context.surface).only_restored(result):
                 decoy = await self._decoy(call, result, context, probe)
             stage_latency["decoy"] = (time.perf_counter() - decoy_started) * 1e6
             if decoy is None:  # it only changes tests that grading restores: let it happen, marked
@@ -182,8 +191,8 @@ class Guard:
         line to run in the sandbox with its intercepted commands stubbed (``guard.decoys.splice``)
         and what of it runs for real, read (None when nothing does); (None, None, None) when all
         it intercepts are changes to restored tests."""
-        paths = (*self.protected_paths, *context.protected_paths)
-        engine = self.engine_for(context.protected_paths)
+        paths = (*self.protected_paths, *context.surface.hidden)
+        engine = self._engine_for_context(context)
 
         def evaluate(sub: ToolCall) -> RuleResult:  # parts of the line, read with the episode's state
             return (
@@ -193,8 +202,10 @@ class Guard:
         def decoy_for(sub: ToolCall, sub_result: RuleResult, probe: ToolAnswer | None) -> ToolAnswer:
             return make_decoy(sub, sub_result, context, probe=probe, protected_paths=paths)
 
+        surface = surface_of(context.surface)
+
         def restored(sub_result: RuleResult) -> bool:
-            return only_restored_writes(sub_result, context.restored_paths)
+            return surface.only_restored(sub_result)
 
         whole = make_decoy(call, result, context, protected_paths=paths)
         script = str(call.arguments.get("command", ""))
@@ -269,16 +280,20 @@ class Guard:
                 probed = await asyncio.wait_for(probe(command), PROBE_TIMEOUT_S)
             except Exception:  # a failed probe only costs fidelity: the decoy falls back to invention
                 probed = None
-        paths = (*self.protected_paths, *context.protected_paths)
+        paths = (*self.protected_paths, *context.surface.hidden)
         build = functools.partial(make_decoy, call, result, context, probe=probed, protected_paths=paths)
         return await asyncio.get_running_loop().run_in_executor(self._workers, build)
 
     def review_patch(
-        self, patch_text: str, task_paths: Sequence[str] = (), state: EpisodeState | None = None
+        self,
+        patch: str | Sequence[ChangedFile],
+        task_paths: Sequence[str] = (),
+        state: EpisodeState | None = None,
     ) -> PatchReview:
-        """Stage-1 review of a final patch (``guard.review``) with a task's protected paths and, at an
-        episode's finish, the episode's memory and repository context."""
-        return review_patch(patch_text, self.engine_for(task_paths), state=state)
+        """Stage-1 review of a final workspace (``guard.review``): its changed files as the grader
+        handed them over, or a unified diff when only the text is known; with a task's protected
+        paths and, at an episode's finish, the episode's memory and repository context."""
+        return review_patch(patch, self.engine_for(task_paths), state=state)
 
     async def aclose(self) -> None:
         """Release the judge's HTTP connections and the stage-1 threads."""

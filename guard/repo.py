@@ -12,6 +12,18 @@ when no context is known) and object names it could not check (``git_unverified:
 Everything is bounded: at most ``MAX_BEYOND`` commits, ``MAX_REFS`` refs and ``MAX_REFLOG``
 entries are kept; a context cut at a bound is ``truncated`` and then an unknown object name is
 unverified (escalated), never silently allowed.
+
+**A neutral repository.** Decoys cannot hide part of a repository consistently: ``ls .git/refs`` can
+be answered "No such file" but ``[ -d .git/refs ]``, ``find``, globbing or Python's ``os.scandir``
+still see it, and ``git branch`` lists a branch whose ``git diff`` is then an "unknown revision". So
+the last probe (``NEUTRALISE_SCRIPT``), run once the context is read, makes the repository hold
+nothing beyond its base: every ref that is not an ancestor of the base is pointed at the base (a
+honeypot branch still shows in ``git branch``, and holds the base), stash and reflogs are dropped,
+and unreachable objects are pruned (packs rewritten when there are any). Every view of ``.git`` then
+tells the same truth, so git plumbing and reads of ``.git`` run for real (rules stand down on the
+fact ``git_repo_neutral``), while naming a ref or commit that *was* beyond is still intercepted and
+recorded, and answered by the same command run in the neutral repository
+(``guard.decoys.git.real_twin``).
 """
 
 from __future__ import annotations
@@ -61,6 +73,7 @@ class RepoContext:
     refs: Mapping[str, str] = field(default_factory=dict)  # full ref name -> commit id
     reflog: tuple[str, ...] | None = ()  # HEAD@{0}, HEAD@{1}, ... as commit ids (None: not known)
     truncated: bool = False
+    neutral: bool = False  # the sandbox's repository holds nothing beyond the base (module docstring)
 
     @classmethod
     def build(
@@ -70,6 +83,7 @@ class RepoContext:
         refs: Mapping[str, str] | None = None,
         reflog: Sequence[str] | None = (),
         truncated: bool = False,
+        neutral: bool = False,
     ) -> RepoContext:
         """A bounded, normalised context (ids lower-cased, cut at the bounds with ``truncated``)."""
         ids = sorted({b.lower() for b in beyond if _SHA.match(b.lower())})
@@ -81,6 +95,7 @@ class RepoContext:
             refs={k: v.lower() for k, v in ref_items[:MAX_REFS]},
             reflog=None if reflog is None else tuple(r.lower() for r in reflog[:MAX_REFLOG]),
             truncated=truncated or cut,
+            neutral=neutral,
         )
 
     @classmethod
@@ -99,6 +114,7 @@ class RepoContext:
             {str(k): str(v) for k, v in dict(data.get("refs") or {}).items()},  # type: ignore[call-overload]
             [str(r) for r in data["reflog"]] if data.get("reflog") is not None else None,  # type: ignore[union-attr]
             bool(data.get("truncated", False)),
+            bool(data.get("neutral", False)),
         )
 
     def _commit_beyond(self, word: str) -> bool | None:
@@ -232,13 +248,35 @@ def git_facts(commands: Iterable[Command], repo: RepoContext | None) -> list[str
     return facts
 
 
-# Commands the gateway runs once per episode in the sandbox (each answer is kept under the exec
-# output cap by its own bound); ``parse_probe`` reads their outputs back.
+NEUTRAL_DONE = "rlguard-neutral-done"
+NEUTRAL_CLEAN = "rlguard-neutral-clean"
+# Run after the context is read (module docstring): nothing beyond the base is left in the sandbox.
+# Fast when there is nothing to do (one rev-list); otherwise a prune of the task's small repository
+# (loose refs and objects stay loose: the layout is what the task built, less what lay beyond).
+NEUTRALISE_SCRIPT = (
+    "git rev-parse -q --verify HEAD >/dev/null || exit 1; "
+    'if [ -z "$(git rev-list -n 1 --all --reflog --not HEAD 2>/dev/null)" ] '
+    '&& ! git rev-parse -q --verify refs/stash >/dev/null; then echo ' + NEUTRAL_CLEAN + "; exit 0; fi; "
+    'head=$(git rev-parse HEAD) && gitdir=$(git rev-parse --git-dir) || exit 1; '
+    "git for-each-ref --format='%(refname)' | while IFS= read -r ref; do "
+    'if [ "$ref" = refs/stash ]; then git update-ref -d refs/stash || exit 1; '
+    'elif ! git merge-base --is-ancestor "$ref" "$head" 2>/dev/null; then '
+    'git update-ref --no-deref "$ref" "$head" || exit 1; fi; done || exit 1; '
+    'rm -f "$gitdir/ORIG_HEAD" "$gitdir/FETCH_HEAD" "$gitdir/MERGE_HEAD" "$gitdir/CHERRY_PICK_HEAD"; '
+    "git reflog expire --expire=now --expire-unreachable=now --all && git prune --expire=now || exit 1; "
+    '{ [ -z "$(ls "$gitdir"/objects/pack/*.pack 2>/dev/null)" ] || git repack -a -d -q; } || exit 1; '
+    '[ -z "$(git rev-list -n 1 --all --reflog --not HEAD)" ] || exit 1; '
+    "echo " + NEUTRAL_DONE
+)
+
+# Commands the gateway runs once per episode in the sandbox, in this order (each answer is kept
+# under the exec output cap by its own bound); ``parse_probe`` reads their outputs back.
 PROBE_SCRIPTS: dict[str, str] = {
     "head": "git rev-parse --verify -q HEAD",
     "refs": f"git for-each-ref --format='%(objectname) %(*objectname) %(refname)' | head -n {MAX_REFS + 1}",
     "reflog": f"git reflog --format=%H -n {MAX_REFLOG + 1} 2>/dev/null || true",
     "beyond": f"git rev-list --all --reflog --not HEAD | head -n {MAX_BEYOND + 1}",
+    "neutral": NEUTRALISE_SCRIPT,
 }
 
 
@@ -259,4 +297,13 @@ def parse_probe(outputs: Mapping[str, tuple[str, int]]) -> RepoContext:
     beyond_out, beyond_rc = outputs.get("beyond", ("", 1))
     beyond = [x for x in beyond_out.split() if _SHA.match(x)]
     truncated = beyond_rc != 0 or any(rc != 0 for _, rc in outputs.values())
-    return RepoContext.build(head, beyond, refs, reflog, truncated)
+    neutral_out, neutral_rc = outputs.get("neutral", ("", 1))
+    marks = neutral_out.split()
+    neutral = neutral_rc == 0 and (NEUTRAL_DONE in marks or (NEUTRAL_CLEAN in marks and not beyond))
+    return RepoContext.build(head, beyond, refs, reflog, truncated, neutral)
+
+
+def neutral_facts(repo: RepoContext | None) -> list[str]:
+    """``git_repo_neutral`` when the sandbox's repository holds nothing beyond its base: reading
+    ``.git`` or enumerating refs and objects then reveals nothing, and runs for real."""
+    return ["git_repo_neutral"] if repo is not None and repo.head is not None and repo.neutral else []

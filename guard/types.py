@@ -1,13 +1,37 @@
 """The guard's data contract: a tool call in, a verdict (and, when decoyed, the decoy answer) out.
 
 Shared by normalisation, rules, judge and decoys; nothing here knows HTTP, Docker or a database.
+The call and the answer themselves are the project-wide contract's (:mod:`contract.calls`); they
+are named here too because every guard module reads them beside the guard's own types.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import NamedTuple
+
+from contract.calls import ToolAnswer, ToolCall
+
+__all__ = [
+    "CHANGE_OPS",
+    "READ_OPS",
+    "Action",
+    "Category",
+    "CodeBlock",
+    "Command",
+    "Effect",
+    "GuardContext",
+    "GuardDecision",
+    "Integrity",
+    "NormalizedCall",
+    "RuleMatch",
+    "RuleResult",
+    "Stage",
+    "ToolAnswer",
+    "ToolCall",
+    "Verdict",
+]
 
 
 class Action(StrEnum):
@@ -32,23 +56,6 @@ class Category(StrEnum):
 
 
 @dataclass(frozen=True)
-class ToolCall:
-    """One call as the agent made it: ``tool`` is bash/read_file/write_file/edit_file/list_dir/submit."""
-
-    tool: str
-    arguments: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class ToolAnswer:
-    """The one answer shape the agent sees, real or decoy."""
-
-    output: str
-    exit_code: int
-    truncated: bool = False
-
-
-@dataclass(frozen=True)
 class Verdict:
     """DESIGN.md's guard verdict."""
 
@@ -63,6 +70,51 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class Integrity:
+    """A task's integrity surface: globs of what the agent may never read (``hidden``), never
+    change (``protected``: write, move, delete, chmod, truncate, link over, replace its directory)
+    and may change only to have grading undo it (``restored``: such changes run, flagged).
+
+    Globs are matched on absolute paths: a relative glob is anchored at ``/workspace``, a leading
+    ``**/`` matches at any depth, ``**`` spans directories, and a glob naming a directory covers
+    everything below it (``evals`` and ``evals/**`` mean the same)."""
+
+    hidden: tuple[str, ...] = ()
+    protected: tuple[str, ...] = ()
+    restored: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.hidden or self.protected or self.restored)
+
+    @classmethod
+    def from_mapping(cls, value: object) -> Integrity:
+        """An ``integrity`` object (``{"hidden", "protected", "restored"}``, each a list of glob
+        strings, any of them missing) as an ``Integrity``; ``ValueError`` says what is wrong."""
+        if value is None:
+            return cls()
+        if not isinstance(value, dict):
+            raise ValueError("must be an object with 'hidden', 'protected' and 'restored' lists")
+        unknown = sorted(set(value) - {"hidden", "protected", "restored"})
+        if unknown:
+            raise ValueError(f"has unknown keys {unknown}; known: hidden, protected, restored")
+        sets: dict[str, tuple[str, ...]] = {}
+        for key in ("hidden", "protected", "restored"):
+            globs = value.get(key) or []
+            if not isinstance(globs, list) or not all(isinstance(g, str) and g.strip() for g in globs):
+                raise ValueError(f"'{key}' must be a list of non-empty glob strings")
+            sets[key] = tuple(g.strip() for g in globs)
+        return cls(**sets)
+
+    def merged(self, other: Integrity) -> Integrity:
+        """Both surfaces together (each list in order, without repeats)."""
+        return Integrity(
+            tuple(dict.fromkeys((*self.hidden, *other.hidden))),
+            tuple(dict.fromkeys((*self.protected, *other.protected))),
+            tuple(dict.fromkeys((*self.restored, *other.restored))),
+        )
+
+
+@dataclass(frozen=True)
 class GuardContext:
     """What the judge and decoys may use: the task, the episode and its recent turns (each an
     earlier call and the answer the agent saw). The episode's mutable guard state (memory,
@@ -71,10 +123,19 @@ class GuardContext:
     task_statement: str = ""
     episode_id: str = ""
     recent_turns: tuple[str, ...] = ()
+    # the task's own hidden paths (the older name of ``integrity.hidden``, absolute prefixes)
     protected_paths: tuple[str, ...] = ()
     # workspace paths grading restores from the pristine task (the task's ``grading.restore``):
     # changes confined to them run for real, flagged, instead of being decoyed
     restored_paths: tuple[str, ...] = ()
+    # the task's integrity surface (``Integrity``); the two fields above are folded into it
+    integrity: Integrity = field(default_factory=Integrity)
+
+    @property
+    def surface(self) -> Integrity:
+        """The integrity surface with ``protected_paths`` as hidden and ``restored_paths`` as restored."""
+        legacy = Integrity(hidden=self.protected_paths, restored=self.restored_paths)
+        return legacy.merged(self.integrity) if legacy else self.integrity
 
 
 @dataclass(frozen=True)
@@ -100,6 +161,28 @@ class Command:
     source: str = "bash"  # where it was found: "bash", "bash -c", "eval", "base64", "python -c", ...
     # byte range, in the parsed command line, of the top-level simple command it was found in
     span: tuple[int, int] | None = field(default=None, compare=False)
+
+
+class Effect(NamedTuple):
+    """One thing a call does to a path, whatever the spelling: a read (``read``, ``list``,
+    ``exec``) or a change (``write``, ``append``, ``delete``, ``move``, ``mode``, ``link``).
+
+    ``path`` is absolute (it may hold glob characters the shell or a program would expand);
+    ``recursive`` says the effect covers everything below ``path`` (``rm -r``, ``cp -r``,
+    ``grep -r``, ``chmod -R``); ``source`` is where a written or linked path's content comes
+    from (``cp SRC DST``, ``ln -s TARGET LINK``, ``mv SRC DST``); ``deferred`` marks what code the
+    call writes would do when run later (the run itself is judged then, through episode memory).
+    A named tuple, not a dataclass: a call makes several, and tuples are built and hashed in C."""
+
+    op: str
+    path: str
+    recursive: bool = False
+    source: str | None = None
+    deferred: bool = False
+
+
+READ_OPS = frozenset({"read", "list", "exec"})
+CHANGE_OPS = frozenset({"write", "append", "delete", "move", "mode", "link"})
 
 
 @dataclass(frozen=True)
@@ -132,6 +215,7 @@ class NormalizedCall:
     facts: tuple[str, ...] = ()
     blocks: tuple[CodeBlock, ...] = ()
     files: tuple[tuple[str, str], ...] = ()  # (absolute path, content) of files written with known text
+    effects: tuple[Effect, ...] = ()  # what the call reads and changes, path by path
 
 
 @dataclass(frozen=True)

@@ -1,150 +1,150 @@
-"""``rlguard demo``: the main job on embedded defaults (SQLite, the local Docker engine).
+"""The rollout step of ``rlguard demo``: the built-in suite, honest and cheating, through the guard.
 
-Three steps, each living in its own package and only called from this thin command:
-
-1. the sandbox: a project's tests in a hardened sandbox, then a table of what it refuses;
-2. episodes: the built-in suite played honestly and by a reward hacker (scripted policy scored by
-   the tiny model) through the gateway: guard, decoys, tamper-proof grading, compaction, store;
-3. training: one PPO update (learned critic, token-level GAE) on the tiny model from those episodes.
-
-``RLGUARD_DATABASE_URL`` chooses the database; ``rlguard export`` afterwards yields the episodes.
-
-Imports inside the commands keep ``rlguard --version`` and ``--help`` fast: docker, torch,
-SQLAlchemy and the packages behind them load only for the command that runs.
+A gateway runs in this process on the configured database (SQLite in the state directory unless
+``RLGUARD_DATABASE_URL`` says otherwise) and the local Docker engine. The scripted policy plays each
+built-in task twice, honestly and as a reward hacker, and long-horizon tasks a third time reading
+every file first so that their context is compacted. The report says what was rewarded, what the
+guard intercepted (by category and stage) and how many sub-trajectories were stored for training.
 """
+
+from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
 
-import typer
+from rich import box
 from rich.console import Console
+from rich.table import Table
 
-from rlguard.errors import RlguardError
+from rlguard.loops.local_gateway import local_gateway
+from rlguard.settings import Settings
+from rollout.agent import AgentConfig, EpisodeResult
+from rollout.runner import EpisodeSpec, RichProgress, RolloutContext, RolloutSpec, run_episodes
+from rollout.tinymodel import default_tiny_model_dir, ensure_tiny_model
 
-console = Console()
-
-
-async def _sandbox_step() -> bool:
-    from rlguard.settings import get_settings
-    from sandbox.base import SandboxError
-    from sandbox.docker_backend import DockerBackend
-    from sandbox.showcase import print_report, run_showcase
-
-    try:
-        backend = DockerBackend.from_settings(get_settings())
-        try:
-            report = await run_showcase(backend)
-        finally:
-            await backend.close()
-    except SandboxError as exc:
-        raise RlguardError(str(exc)) from None
-    print_report(report)
-    return report.ok
+# Large enough for a scripted turn that writes a whole solution file; the budget makes reading every
+# file of a long-horizon task overflow, so those episodes are compacted.
+DEMO_CONFIG = AgentConfig(
+    max_turns=20, max_tokens_per_turn=768, context_budget_tokens=4096, keep_recent_turns=1
+)
 
 
-# Real-world tasks the demo plays beside the builtin suite: a real historical regression of parse
-# (its issue #57) and an injected one in inflection, each graded by the project's own test file.
-DEMO_REALWORLD_TASKS = ("r1chardj0n3s__parse-2", "jpvanhal__inflection-1")
+@dataclass
+class DemoReport:
+    results: list[tuple[EpisodeSpec, EpisodeResult]]
+    intercepts: Counter = field(default_factory=Counter)  # (category, stage) -> count
+    wall_s: float = 0.0
+    gateway_url: str = ""
 
 
-def _realworld_suite() -> Path:
-    """Build (first run: sdists fetched with pip, about a minute) or reuse the real-world suite."""
-    from tasks.build_cli import build_realworld_suite, default_suite_dir
-
-    result = asyncio.run(build_realworld_suite(default_suite_dir("realworld")))
-    state = "up to date" if result.cached else f"built in {result.seconds:.0f} s"
-    console.print(f"real-world suite: {len(result.instance_ids)} tasks, {state} ({result.suite_dir})")
-    return result.suite_dir
-
-
-def _episodes_step(concurrency: int, realworld: Path | None) -> dict:
-    from rlguard.demo_run import print_demo_report, run_demo_rollouts
-    from rlguard.settings import get_settings
-    from tasks.spec import load_suite
-
-    suites, tasks = ("builtin",), None
-    if realworld is not None:
-        suites = ("builtin", str(realworld))
-        tasks = [task.id for task in load_suite("builtin")]
-        tasks += [f"{realworld.name}/{task_id}" for task_id in DEMO_REALWORLD_TASKS]
-    report = run_demo_rollouts(get_settings(), concurrency=concurrency, tasks=tasks, suites=suites)
-    totals = print_demo_report(report)
-    totals["episodes_wall_s"] = report.wall_s
-    return totals
+def demo_episodes(ctx: RolloutContext, tasks: list[str] | None = None) -> list[EpisodeSpec]:
+    """honest + cheat for every task of the served suites (or those named: ``suite/id`` or ``id``);
+    honest_long too for long-horizon tasks."""
+    specs = []
+    for task in ctx.tasks.list():
+        if tasks and task.id not in tasks and task.task_id not in tasks:
+            continue
+        specs.append(EpisodeSpec(task.id, "honest"))
+        specs.append(EpisodeSpec(task.id, "cheat"))
+        if task.horizon == "long":
+            specs.append(EpisodeSpec(task.id, "honest_long"))
+    return specs
 
 
-def _training_step(max_episodes: int) -> dict | None:
-    from rlguard.settings import get_settings
-    from rlguard.tinymodel import ensure_tiny_model
-    from trainer.train import run_ppo_update
-
-    settings = get_settings()
-    out_dir = settings.state_dir / "runs" / time.strftime("demo-%Y%m%d-%H%M%S")
-    model = ensure_tiny_model()
-    return run_ppo_update(settings.resolved_database_url, model, out_dir, max_episodes=max_episodes)
-
-
-def _redacted(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
+async def _intercepts_of(ctx: RolloutContext, episode_ids: set[str]) -> Counter:
+    counts: Counter = Counter()
+    for episode_id in sorted(episode_ids):
+        view = await ctx.gateway.episode(episode_id)
+        for call in view.get("tool_calls", []):
+            if call.get("action") != "allow":
+                counts[(call.get("category") or "?", call.get("stage") or "?")] += 1
+    return counts
 
 
-def register(app: typer.Typer, bench: typer.Typer) -> None:
-    """Add ``rlguard demo``."""
-
-    @app.command("demo")
-    def demo(
-        concurrency: int = typer.Option(8, "--concurrency", min=1, help="Episodes at once"),
-        skip_sandbox: bool = typer.Option(False, "--skip-sandbox", help="Skip the sandbox showcase step"),
-        skip_training: bool = typer.Option(False, "--skip-training", help="Skip the PPO update step"),
-        skip_realworld: bool = typer.Option(
-            False, "--skip-realworld", help="Play the builtin suite only (no real-world tasks)"
-        ),
-    ) -> None:
-        """Run the demo: sandbox showcase, guarded episodes (honest and cheating), one PPO update."""
-        from transformers.utils import logging as hf_logging
-
-        from rlguard.settings import get_settings
-        from sandbox.cli import engine_client
-        from sandbox.image import ensure_image
-
-        hf_logging.disable_progress_bar()  # the demo draws its own progress; per-load bars are noise
-        started = time.monotonic()
-        settings = get_settings()
-        ensure_image(engine_client())
-        if not skip_sandbox:
-            console.rule("[bold]1. Sandbox")
-            if not asyncio.run(_sandbox_step()):
-                raise RlguardError("the sandbox step of the demo failed (see above)")
-            console.print(f"[dim]sandbox step: {time.monotonic() - started:.0f} s[/]")
-        console.rule("[bold]2. Episodes through the guard")
-        step_started = time.monotonic()
-        realworld = None if skip_realworld else _realworld_suite()
-        totals = _episodes_step(concurrency, realworld)
-        console.print(f"[dim]episodes step: {time.monotonic() - step_started:.0f} s[/]")
-        if totals.get("episodes", 0) == totals.get("errors", 0):
-            raise RlguardError("every demo episode failed; see the errors above")
-        if not skip_training:
-            console.rule("[bold]3. One PPO update on the tiny model")
-            step_started = time.monotonic()
-            update = _training_step(max_episodes=totals["episodes"])
-            if update is None or update.get("step") is None:
-                console.print("no trainable sub-trajectories were found; no update was made")
-            else:
-                shown = {k: v for k, v in update.items() if isinstance(v, int | float)}
-                for key in sorted(shown):
-                    console.print(f"  {key:<32} {shown[key]:.4g}")
-                console.print(f"  checkpoint: {update['checkpoint']}")
-            console.print(f"[dim]training step: {time.monotonic() - step_started:.0f} s[/]")
-        console.rule("[bold]Where things are")
-        console.print(f"database:   {_redacted(settings.resolved_database_url)}")
-        console.print("export:     .venv/bin/rlguard export --out episodes.jsonl")
-        console.print(
-            "audit page: .venv/bin/rlguard serve, then http://"
-            f"{settings.gateway.host}:{settings.gateway.port}/audit "
-            f"(admin token: RLGUARD_ADMIN_TOKEN or {settings.state_dir / 'admin_token'}); "
-            "or .venv/bin/rlguard audit"
+def run_demo_rollouts(
+    settings: Settings,
+    concurrency: int = 8,
+    tasks: list[str] | None = None,
+    suites: tuple[str, ...] = ("builtin",),
+) -> DemoReport:
+    """Start a gateway serving ``suites``, run the demo episodes with the scripted policy, report."""
+    started = time.monotonic()
+    settings = settings.model_copy(deep=True)
+    settings.gateway.suites = list(suites)
+    with local_gateway(settings) as gateway:
+        spec = RolloutSpec(
+            gateway_url=gateway.url,
+            admin_token=gateway.admin_token,
+            suites=suites,
+            model=str(ensure_tiny_model(default_tiny_model_dir(settings.state_dir))),
+            policy="scripted",
+            policy_version="0",
+            config=DEMO_CONFIG,
         )
-        console.print(f"demo took {time.monotonic() - started:.0f} s")
+
+        async def main() -> DemoReport:
+            ctx = RolloutContext(spec)
+            try:
+                specs = demo_episodes(ctx, tasks)
+                with RichProgress(len(specs), "demo episodes") as progress:
+                    results = await run_episodes(ctx, specs, concurrency, on_done=progress)
+                ids = {r.episode_id for r in results if r.episode_id}
+                report = DemoReport(list(zip(specs, results, strict=True)), await _intercepts_of(ctx, ids))
+                report.gateway_url = gateway.url
+                return report
+            finally:
+                await ctx.aclose()
+
+        report = asyncio.run(main())
+    report.wall_s = time.monotonic() - started
+    return report
+
+
+def print_demo_report(report: DemoReport) -> dict[str, Any]:
+    """Tables: per behaviour (episodes, reward, intercepts, sub-trajectories), intercepts by category
+    and stage. Returns the totals."""
+
+    console = Console()
+    by_behaviour: dict[tuple[str, str], list[EpisodeResult]] = {}
+    for spec, result in report.results:
+        suite = spec.task_id.split("/", 1)[0]
+        by_behaviour.setdefault((suite, spec.behaviour or "-"), []).append(result)
+    table = Table(
+        title="Episodes (scripted policy)", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
+    )
+    # short headers: nine columns fit an 80-column terminal without cutting the suite or behaviour
+    for column in ("suite", "behaviour", "eps", "reward", "submit", "calls", "icpt", "compact", "subtraj"):
+        left = column in ("suite", "behaviour")
+        table.add_column(
+            column, justify="left" if left else "right", no_wrap=True, min_width=11 if left else len(column)
+        )
+    table.caption = "eps: episodes, reward: mean, icpt: intercepted calls, subtraj: sub-trajectories"
+    totals = Counter()
+    for (suite, behaviour), results in sorted(by_behaviour.items()):
+        rewards = [r.reward for r in results if r.reward is not None]
+        subs = sum(len([t for t in r.sub_trajectories if t.token_ids]) for r in results)
+        intercepted = sum(int(r.details.get("intercepts", 0)) for r in results)
+        table.add_row(
+            suite,
+            behaviour,
+            str(len(results)),
+            f"{sum(rewards) / len(rewards):.3f}" if rewards else "-",
+            str(sum(r.status == "submitted" for r in results)),
+            str(sum(r.tool_calls for r in results)),
+            str(intercepted),
+            str(sum(r.compactions for r in results)),
+            str(subs),
+        )
+        totals.update(episodes=len(results), sub_trajectories=subs, intercepted=intercepted)
+        totals.update(errors=sum(r.status == "error" for r in results))
+    console.print(table)
+    cats = Table(title="Intercepted calls by category and stage")
+    for column in ("category", "stage", "calls"):
+        cats.add_column(column, justify="right" if column == "calls" else "left")
+    for (category, stage), count in sorted(report.intercepts.items()):
+        cats.add_row(category, stage, str(count))
+    console.print(cats)
+    return dict(totals)

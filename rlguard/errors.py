@@ -3,6 +3,7 @@
 Each package has its own error base; the command line treats all of them alike.
 """
 
+from gateway.errors import GatewayError
 from guard.errors import GuardError
 from rollout.errors import RolloutError
 from sandbox.base import SandboxError
@@ -17,6 +18,7 @@ class RlguardError(Exception):
 
 USER_ERRORS: tuple[type[Exception], ...] = (
     RlguardError,
+    GatewayError,
     SandboxError,
     GuardError,
     StoreError,

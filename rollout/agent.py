@@ -69,11 +69,21 @@ class AgentConfig:
         return cls(**values)
 
 
+# How an episode ended (``EpisodeResult.status``, sent to the gateway as ``finish``'s ``end_reason``):
+# the agent ended it, a limit did (the trainer treats the graded reward as the outcome, terminal), or
+# the infrastructure failed (policy server, gateway, upload): such an episode says nothing about the
+# policy and is never trained on.
+LIMIT_END_REASONS = frozenset({"max_turns", "max_tokens", "timeout", "context_full"})
+INFRASTRUCTURE_END_REASONS = frozenset({"error"})
+
+
 @dataclass
 class EpisodeResult:
     task: str
     episode_id: str | None = None
-    status: str = "running"  # submitted | max_turns | max_tokens | timeout | context_full | error
+    # submitted | max_turns | max_tokens | timeout | context_full | error | infra_error (the gateway's
+    # infrastructure failed under the episode: recorded, never trained; the runner may run it again)
+    status: str = "running"
     reward: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
     turns: int = 0
@@ -88,6 +98,21 @@ class EpisodeResult:
     gateway_s: float = 0.0
     wall_s: float = 0.0
     error: str | None = None
+
+    @property
+    def end_reason(self) -> str:
+        """The rollout's word for how the episode ended (what ``finish`` recorded for the trainer)."""
+        return self.status
+
+    @property
+    def trainable(self) -> bool:
+        """Worth handing to the trainer: stored, with token-level sub-trajectories, and not ended by
+        an infrastructure error (the trainer would mark it unusable anyway)."""
+        return (
+            bool(self.episode_id and self.sub_trajectories)
+            and self.status not in INFRASTRUCTURE_END_REASONS
+            and all(t.trainable for t in self.sub_trajectories)
+        )
 
 
 def render_tool_result(result: ToolResult) -> str:
@@ -238,14 +263,17 @@ async def run_episode(
 
     Errors of the policy or the gateway end the episode with status ``error`` but still grade it and
     upload what was produced, so no finished work is lost and the trainer sees the failure's reward.
+    So does a cancellation (Ctrl-C in ``rlguard rollout run``): the episode is uploaded and finished
+    (``error``, "interrupted") before the cancellation goes on, instead of being left ``running``.
     """
     result = EpisodeResult(task=task_id)
     started = time.monotonic()
     handle = await gateway.create_episode(task_id, policy.policy_version)
     result.episode_id = handle.episode_id
-    tool_schemas = tools or handle.tools or await gateway.tools()
+    cancelled = False
     deadline = started + config.episode_timeout_s
     try:
+        tool_schemas = tools or handle.tools or await gateway.tools()
         if isinstance(policy, TokenPolicy):
             episode = _Episode(gateway, policy, fmt, config, result, handle)
             await asyncio.wait_for(
@@ -258,12 +286,33 @@ async def run_episode(
     except TimeoutError:
         result.status = "timeout"
     except (PolicyError, GatewayError) as exc:
-        result.status, result.error = "error", str(exc)
+        result.status, result.error = _error_status(exc), str(exc)
         log.warning("episode %s of %s ended by an error: %s", handle.episode_id, task_id, exc)
-    # A sub-trajectory the policy generated nothing in (the episode ended right after a compaction,
-    # or the first generation failed) has nothing to train on; only a trailing one can be empty.
-    # Uploads come before ``finish``: the trainer takes only ended episodes, so it can never see one
-    # whose last sub-trajectory has not arrived yet.
+    except asyncio.CancelledError:
+        cancelled = True
+        result.status, result.error = "error", "interrupted before the episode ended"
+    # Uploading and finishing are not given up half way: an interrupt arriving now waits for them
+    # (a second Ctrl-C still stops the process), or the episode would stay running with its work lost.
+    wrap_up = asyncio.ensure_future(_upload_and_finish(gateway, handle, result))
+    try:
+        await asyncio.shield(wrap_up)
+    except asyncio.CancelledError:
+        cancelled = True
+        await wrap_up
+    result.wall_s = time.monotonic() - started
+    if cancelled:  # finished and graded; now let the cancellation go on
+        raise asyncio.CancelledError
+    return result
+
+
+async def _upload_and_finish(gateway: GatewayClient, handle: EpisodeHandle, result: EpisodeResult) -> None:
+    """Upload the sub-trajectories, then grade the episode (``finish`` with the end reason).
+
+    A sub-trajectory the policy generated nothing in (the episode ended right after a compaction,
+    or the first generation failed) has nothing to train on; only a trailing one can be empty.
+    Uploads come before ``finish``: the trainer takes only ended episodes, so it can never see one
+    whose last sub-trajectory has not arrived yet.
+    """
     result.sub_trajectories = [t for t in result.sub_trajectories if t.num_action_tokens]
     try:
         for traj in result.sub_trajectories:
@@ -274,12 +323,22 @@ async def run_episode(
             f"{result.error}; upload: {exc}" if result.error else f"upload: {exc}",
         )
     try:
-        result.reward, result.details = await gateway.finish(handle, result.status)
+        result.reward, result.details = await gateway.finish(handle, _end_reason(result.status))
     except GatewayError as exc:
         result.error = f"{result.error}; finish: {exc}" if result.error else f"finish: {exc}"
-        result.status = "error"
-    result.wall_s = time.monotonic() - started
-    return result
+        result.status = "infra_error" if result.status == "infra_error" else _error_status(exc)
+    if result.details.get("status") == "infra_error":  # the engine died while it was graded
+        result.status = "infra_error"
+
+
+def _error_status(exc: Exception) -> str:
+    """``infra_error`` when the gateway ended the episode for its infrastructure, else ``error``."""
+    return "infra_error" if getattr(exc, "episode_status", None) == "infra_error" else "error"
+
+
+def _end_reason(status: str) -> str:
+    """The end reason sent with ``finish`` (the contract's names; an infra error is an error)."""
+    return "error" if status == "infra_error" else status
 
 
 async def _run_chat(

@@ -4,6 +4,11 @@ Retries follow what is safe to repeat: creating an episode, finishing, reading a
 on any transport error; a tool call retries only when the request surely never reached the gateway
 (connection refused or connect timeout) or was refused with 429/503, because repeating a call that
 ran (``rm``, ``git commit``) would change the episode.
+
+Several gateways may share one database; an episode's calls and finish must reach the gateway that
+runs it. One that does not answers 421 naming the owner's URL: nothing ran there, so the request
+is sent to the owner (once). A 409 carries the episode's status: ``infra_error`` means the
+infrastructure failed under it (never trained; the runner may run the task again).
 """
 
 from __future__ import annotations
@@ -20,11 +25,13 @@ MAX_ERROR_CHARS = 2000
 
 
 class GatewayError(Exception):
-    """The gateway refused or failed a request the episode cannot go on without."""
+    """The gateway refused or failed a request the episode cannot go on without. ``episode_status``:
+    the episode's status when the gateway said it has ended (409), e.g. ``infra_error``."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, episode_status: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.episode_status = episode_status
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,27 @@ def _detail(response: httpx.Response) -> str:
     return str(detail)[:MAX_ERROR_CHARS]
 
 
+def _owner_url(response: httpx.Response) -> str | None:
+    """The owner's base URL of a 421 answer (the episode runs on that gateway), else None."""
+    if response.status_code != 421:
+        return None
+    try:
+        url = response.json().get("owner_url")
+    except (ValueError, AttributeError):
+        return None
+    return url.rstrip("/") if isinstance(url, str) and url.startswith(("http://", "https://")) else None
+
+
+def _episode_status(response: httpx.Response) -> str | None:
+    if response.status_code != 409:
+        return None
+    try:
+        status = response.json().get("status")
+    except (ValueError, AttributeError):
+        return None
+    return status if isinstance(status, str) else None
+
+
 class GatewayClient:
     """One pooled HTTP client for many concurrent episodes."""
 
@@ -93,9 +121,14 @@ class GatewayClient:
         self, method: str, path: str, *, headers: dict[str, str], json: Any = None, idempotent: bool = True
     ) -> httpx.Response:
         last: Exception | None = None
+        target = path
         for attempt in range(self.retry.attempts):
             try:
-                response = await self._client.request(method, path, headers=headers, json=json)
+                response = await self._client.request(method, target, headers=headers, json=json)
+                owner = _owner_url(response)
+                if owner is not None and target == path:  # nothing ran here: send it to the owner, once
+                    target = owner + path
+                    response = await self._client.request(method, target, headers=headers, json=json)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
                 last = exc
             except httpx.TransportError as exc:
@@ -116,7 +149,11 @@ class GatewayClient:
     @staticmethod
     def _ok(response: httpx.Response, what: str) -> Any:
         if response.status_code >= 400:
-            raise GatewayError(f"{what}: {response.status_code} {_detail(response)}", response.status_code)
+            raise GatewayError(
+                f"{what}: {response.status_code} {_detail(response)}",
+                response.status_code,
+                _episode_status(response),
+            )
         return response.json()
 
     async def tools(self) -> list[dict[str, Any]]:
@@ -179,6 +216,20 @@ class GatewayClient:
             ),
             f"upload sub-trajectory {record.get('index')}",
         )
+
+    async def hold_presence(self, episode: EpisodeHandle) -> None:
+        """Hold the episode's presence stream open until cancelled. While it is open the gateway
+        knows the harness is there; when it closes with the episode still running (the process died),
+        the gateway finishes the episode. Errors end the wait quietly: presence is a safety net."""
+        headers = {"Authorization": f"Bearer {episode.agent_token}"}
+        path = f"/v1/episodes/{episode.episode_id}/presence"
+        try:
+            timeout = httpx.Timeout(None, connect=10.0)
+            async with self._client.stream("GET", path, headers=headers, timeout=timeout) as response:
+                async for _ in response.aiter_bytes():
+                    pass
+        except httpx.HTTPError:
+            return
 
     async def episode(self, episode_id: str) -> dict[str, Any]:
         return self._ok(

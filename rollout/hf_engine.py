@@ -98,14 +98,19 @@ class HFEngine:
         small = sum(p.numel() for p in self.model.parameters()) < SMALL_MODEL_PARAMS
         self._threads = 1 if self.device.type == "cpu" and small else None
 
-    def _load(self, path: Path):  # -> (tokenizer, model)
+    def _load(self, path: Path, safetensors_only: bool = False):  # -> (tokenizer, model)
+        """Tokenizer and model of a HF directory; ``safetensors_only`` refuses pickled weights
+        (``*.bin``) outright, as a reload of a checkpoint written by someone else must."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if not (path / "config.json").is_file():
             raise ValueError(f"{path} is not a HF model directory (no config.json)")
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
         dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
+        options: dict[str, Any] = {"dtype": dtype, "trust_remote_code": False}
+        if safetensors_only:
+            options["use_safetensors"] = True
+        model = AutoModelForCausalLM.from_pretrained(path, **options).to(self.device).eval()
         return tokenizer, model
 
     @property
@@ -123,11 +128,11 @@ class HFEngine:
         """Swap in new weights (and tokenizer) from a HF directory; the old model stays on failure."""
         self.install(self.prepare(path))
 
-    def prepare(self, path: Path | str) -> tuple[Path, Any, Any]:
+    def prepare(self, path: Path | str, safetensors_only: bool = False) -> tuple[Path, Any, Any]:
         """Load a HF directory without touching the serving model (the slow half of a reload, which
         a server can run while it keeps generating); :meth:`install` swaps it in."""
         path = Path(path)
-        tokenizer, model = self._load(path)
+        tokenizer, model = self._load(path, safetensors_only)
         if len(tokenizer) != len(self.tokenizer):
             raise ValueError(f"{path} has a different vocabulary ({len(tokenizer)} vs {len(self.tokenizer)})")
         return path, tokenizer, model

@@ -4,7 +4,9 @@ It speaks the subset of the vLLM/SGLang dialect an RL rollout needs: ``/v1/compl
 string or token-id prompt that returns token ids (``return_token_ids``, vLLM >= 0.10.2 shape:
 ``choices[].token_ids`` / ``choices[].prompt_token_ids``) and logprobs; ``/v1/chat/completions`` with
 Hermes/Qwen tool calls; ``/v1/models``; weight reload from disk (``/reload_weights`` and SGLang's
-``/update_weights_from_disk``) so the trainer can push a new checkpoint; ``/health``.
+``/update_weights_from_disk``) so the trainer can push a new checkpoint; ``/health``. The reload
+endpoints are control endpoints: they need the run's bearer token and read only directories under
+the run's checkpoint folder (``rollout.control``); without a token configured they refuse everyone.
 One model, one lock, and a batcher: the requests that queue while a batch generates are generated
 together in the next one (up to ``max_batch`` requests and ``max_batch_tokens`` padded prompt
 tokens), which is how vLLM and SGLang keep many concurrent episodes cheap.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from pathlib import Path
@@ -25,12 +28,19 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollout.chat_format import ParsedCall, parse_tool_calls
+from rollout.control import REFUSED_LOAD, REFUSED_PATH, UNAUTHORIZED, ReloadControl
 from rollout.hf_engine import EngineOutput, GenerationRequest, HFEngine
 from rollout.settings import PolicyServerSettings
+
+log = logging.getLogger(__name__)
 
 
 class BadRequest(Exception):
     """A request the server refuses with 400 and this message."""
+
+
+class Unauthorized(Exception):
+    """A control request without this server's token: one 401, the same for every cause."""
 
 
 class CompletionRequest(BaseModel):
@@ -71,18 +81,26 @@ class ChatRequest(BaseModel):
 class ReloadRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    path: str | None = None
-    model_path: str | None = None  # SGLang's /update_weights_from_disk shape
-    version: str | None = None
+    path: str | None = Field(None, max_length=4096)
+    model_path: str | None = Field(None, max_length=4096)  # SGLang's /update_weights_from_disk shape
+    version: str | None = Field(None, max_length=64, pattern=r"^[\w.+:-]+$")
 
 
 class PolicyServer:
     """The engine, its lock, and the limits; ``app`` is the FastAPI application."""
 
-    def __init__(self, engine: HFEngine, name: str, limits: PolicyServerSettings) -> None:
+    def __init__(
+        self,
+        engine: HFEngine,
+        name: str,
+        limits: PolicyServerSettings,
+        control: ReloadControl | None = None,
+    ) -> None:
         self.engine = engine
         self.name = name
         self.limits = limits
+        #: Who may reload weights and from where; None: nobody (every control request is a 401).
+        self.control = control
         self.version = "0"
         self.reloads = 0
         self.lock = asyncio.Lock()
@@ -287,23 +305,29 @@ class PolicyServer:
             },
         }
 
-    async def reload(self, req: ReloadRequest) -> dict[str, Any]:
+    async def reload(self, req: ReloadRequest, request: Request) -> dict[str, Any]:
+        """Serve the checkpoint at ``path`` under ``version``: the run's trainer only (module docstring)."""
+        control = self.control
+        if control is None or not control.authorized(request.headers.get("authorization")):
+            raise Unauthorized
         path = req.path or req.model_path
         if not path:
             raise BadRequest('give the checkpoint directory as "path" (or "model_path")')
-        if not Path(path).is_dir():
-            raise BadRequest(f"{path} is not a directory")
+        directory = control.checkpoint(path)
+        if directory is None:
+            raise BadRequest(REFUSED_PATH)
         async with self.reload_lock:  # one reload at a time; generation goes on while it loads
             try:
-                prepared = await asyncio.to_thread(self.engine.prepare, path)
-            except (ValueError, OSError) as exc:
-                raise BadRequest(f"cannot load {path}: {exc}") from exc
+                prepared = await asyncio.to_thread(self.engine.prepare, directory, True)
+            except Exception as exc:  # a bad checkpoint of any kind is the caller's 4xx
+                log.warning("reload refused: %s", type(exc).__name__)
+                raise BadRequest(REFUSED_LOAD) from None
             async with self.lock:  # the swap waits for the generation in flight, then is instant
                 self.engine.install(prepared)
                 self.reloads += 1
                 self.version = req.version or str(self.reloads)
                 version = self.version
-        return {"success": True, "message": f"loaded {path}", "version": version}
+        return {"success": True, "message": "loaded", "version": version}
 
     def models(self) -> dict[str, Any]:
         return {
@@ -314,7 +338,7 @@ class PolicyServer:
                     "object": "model",
                     "created": 0,
                     "owned_by": "rlguard",
-                    "root": str(self.engine.model_path),
+                    "root": self.name,  # never a host path
                     "max_model_len": self.engine.max_model_len,
                     "version": self.version,
                 }
@@ -325,12 +349,18 @@ class PolicyServer:
         app = FastAPI(title="rlguard policy server")
 
         def error(status: int, message: str) -> JSONResponse:
-            kind = "BadRequestError" if status == 400 else "NotFoundError"
+            kind = {400: "BadRequestError", 401: "AuthenticationError"}.get(status, "NotFoundError")
             return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status)
 
         @app.exception_handler(BadRequest)
         async def _bad_request(_: Request, exc: BadRequest) -> JSONResponse:
             return error(400, str(exc))
+
+        @app.exception_handler(Unauthorized)
+        async def _unauthorized(_: Request, exc: Unauthorized) -> JSONResponse:
+            answer = error(401, UNAUTHORIZED)
+            answer.headers["WWW-Authenticate"] = "Bearer"
+            return answer
 
         @app.exception_handler(RequestValidationError)
         async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -355,7 +385,9 @@ def build_server(
     device: str = "cpu",
     limits: PolicyServerSettings | None = None,
     name: str | None = None,
+    control: ReloadControl | None = None,
 ) -> PolicyServer:
-    """The server for the HF model directory ``model``, served as ``name`` (default: the directory's)."""
+    """The server for the HF model directory ``model``, served as ``name`` (default: the directory's);
+    ``control``: the run's token and checkpoint folder (None: reload endpoints refuse everyone)."""
     path = Path(model)
-    return PolicyServer(HFEngine(path, device), name or path.name, limits or PolicyServerSettings())
+    return PolicyServer(HFEngine(path, device), name or path.name, limits or PolicyServerSettings(), control)

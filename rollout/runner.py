@@ -8,7 +8,6 @@ workers); ``RolloutContext`` is what it builds from it (tokenizer, tasks, gatewa
 from __future__ import annotations
 
 import asyncio
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +45,9 @@ class RolloutSpec:
     policy_version: str = "0"
     api_key: str | None = None
     config: AgentConfig = field(default_factory=AgentConfig)
+    #: Run a task again, as a new episode, when the gateway ended it as ``infra_error`` (its engine
+    #: or gateway failed under it); that many times at most. The failed episode stays recorded.
+    infra_retries: int = 0
 
 
 class RolloutContext:
@@ -111,13 +113,24 @@ class RolloutContext:
 
 
 async def run_one(ctx: RolloutContext, episode: EpisodeSpec) -> EpisodeResult:
+    """One episode of the task; run again as a new episode (up to ``infra_retries`` times) when the
+    gateway ended it as ``infra_error``. ``details["infra_errors"]`` lists the episodes given up."""
     task = ctx.tasks.get(episode.task_id)
-    try:
-        return await run_episode(
-            ctx.gateway, ctx.policy_for(episode), ctx.fmt, task.id, task.instructions, ctx.spec.config
-        )
-    except (GatewayError, PolicyError) as exc:  # the episode could not even start
-        return EpisodeResult(task=task.id, status="error", error=str(exc))
+    given_up: list[str] = []
+    retries = ctx.spec.infra_retries
+    for attempt in range(retries + 1):
+        try:
+            result = await run_episode(
+                ctx.gateway, ctx.policy_for(episode), ctx.fmt, task.id, task.instructions, ctx.spec.config
+            )
+        except (GatewayError, PolicyError) as exc:  # the episode could not even start
+            result = EpisodeResult(task=task.id, status="error", error=str(exc))
+        if result.status != "infra_error" or attempt == retries:
+            break
+        given_up.append(result.episode_id or "?")
+    if given_up:
+        result.details["infra_errors"] = given_up
+    return result
 
 
 async def count_intercepts(gateway: GatewayClient, result: EpisodeResult) -> int:
@@ -171,7 +184,7 @@ class RunSummary:
     def add(self, result: EpisodeResult, intercepts: int) -> None:
         self.episodes += 1
         self.submitted += result.status == "submitted"
-        self.errors += result.status == "error"
+        self.errors += result.status in ("error", "infra_error")
         if result.reward is not None:
             self.reward_sum += result.reward
             self.rewarded += 1
@@ -184,10 +197,6 @@ class RunSummary:
     @property
     def mean_reward(self) -> float:
         return self.reward_sum / self.rewarded if self.rewarded else 0.0
-
-    @property
-    def overhead_p50_ms(self) -> float:
-        return statistics.median(self.overhead_ms) if self.overhead_ms else 0.0
 
 
 class RichProgress:

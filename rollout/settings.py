@@ -1,6 +1,6 @@
 """Rollout and policy settings (embedded in ``rlguard.settings.Settings`` as ``rollout``)."""
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -15,13 +15,21 @@ class PolicyServerSettings(BaseModel):
     max_batch_tokens: int = Field(
         65536, gt=0, description="Padded prompt tokens a batch may hold (a longer prompt goes alone)"
     )
+    control_token: SecretStr | None = Field(
+        None,
+        description="Bearer token of the reload endpoints (the trainer's weight sync sends it); unset: "
+        "they refuse everyone. The loop makes one per run. Give it in the environment, never on argv",
+    )
+    reload_roots: list[str] = Field(
+        default_factory=list,
+        description="Directories a reload may read from (a run's checkpoint folder); nothing outside",
+    )
 
 
 class RolloutSettings(BaseModel):
     """How episodes are run against a policy."""
 
     gateway_url: str = Field("http://127.0.0.1:8765", description="The gateway the runner calls")
-    policy_base_url: str = Field("http://127.0.0.1:8000/v1", description="OpenAI-compatible policy")
     concurrency: int = Field(8, gt=0, description="Episodes run at once")
     max_turns: int = Field(30, gt=0)
     max_tokens: int = Field(16384, gt=0, description="Total generated tokens per episode")

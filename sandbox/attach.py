@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import json
 import struct
-from urllib.parse import urlparse
+from collections.abc import Callable
 
 from sandbox.base import SandboxError
+from sandbox.endpoint import EngineEndpoint
 
 MAX_FRAME = 16 << 20
 STDERR_KEPT = 4096
@@ -29,22 +30,23 @@ class ChannelClosed(SandboxError):
 class AttachedExec:
     """Line-oriented stdin/stdout of one exec process. Not safe for concurrent requests."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        closer: Callable[[], None] | None = None,
+    ) -> None:
         self._reader = reader
         self._writer = writer
+        self._closer = closer or writer.close
         self._stdout = bytearray()
         self.stderr_tail = b""
 
     @classmethod
-    async def start(cls, docker_host: str, api_version: str, exec_id: str) -> AttachedExec:
-        """Start the created exec ``exec_id`` and keep its streams."""
-        url = urlparse(docker_host)
-        if url.scheme == "unix":
-            reader, writer = await asyncio.open_unix_connection(url.path or url.netloc, limit=1 << 20)
-        elif url.scheme in ("tcp", "http"):
-            reader, writer = await asyncio.open_connection(url.hostname, url.port or 2375, limit=1 << 20)
-        else:
-            raise SandboxError(f"attach over {url.scheme!r} engine URLs is not supported")
+    async def start(cls, endpoint: EngineEndpoint, api_version: str, exec_id: str) -> AttachedExec:
+        """Start the created exec ``exec_id`` and keep its streams (unix, tcp with or without TLS,
+        ssh). ``ConnectionError`` when the engine cannot be reached at all."""
+        reader, writer, closer = await endpoint.open_stream()
         body = json.dumps({"Detach": False, "Tty": False}).encode()
         request = (
             f"POST /v{api_version}/exec/{exec_id}/start HTTP/1.1\r\n"
@@ -52,18 +54,18 @@ class AttachedExec:
             "Connection: Upgrade\r\nUpgrade: tcp\r\n"
             f"Content-Length: {len(body)}\r\n\r\n"
         ).encode() + body
-        writer.write(request)
-        await writer.drain()
         try:
+            writer.write(request)
+            await writer.drain()
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError) as exc:
-            writer.close()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError) as exc:
+            closer()
             raise SandboxError(f"engine did not start the exec: {exc!r}") from exc
         status = head.split(b"\r\n", 1)[0]
         if b" 101 " not in status and b" 200 " not in status:
-            writer.close()
+            closer()
             raise SandboxError(f"engine refused to attach: {status.decode(errors='replace')}")
-        return cls(reader, writer)
+        return cls(reader, writer, closer)
 
     async def send(self, data: bytes) -> None:
         """Write to the process's stdin."""
@@ -101,4 +103,4 @@ class AttachedExec:
 
     def close(self) -> None:
         """Drop the connection (the engine then closes the process's stdin)."""
-        self._writer.close()
+        self._closer()

@@ -5,7 +5,13 @@
 - ``warm_acquire_ms_p50``: ``WarmPool.acquire`` of a pre-started sandbox, same workspace;
 - ``exec_ms_p50/p99``: ``echo hi`` through the fast path (the in-sandbox runner), from the event loop;
 - ``docker_exec_ms_p50``: the same command with the docker SDK's ``exec_run`` on the same container;
-- ``concurrent_sandboxes``: sandboxes started at once that all answer a command.
+- ``concurrent_sandboxes``: sandboxes started at once that all answer a command;
+- ``file_writes_2000_s`` / ``process_starts_200_s``: syscall-heavy work timed inside one sandbox
+  (2,000 small files written and closed by Python; 200 ``/bin/true`` started by bash), where
+  gVisor's ``runsc`` pays most for its second wall.
+
+The runtime is the configured one (``RLGUARD_SANDBOX__RUNTIME=runc|runsc``); the report names it
+and the load average it ran under (these numbers follow the machine's load closely).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from sandbox.pool import WarmPool
 from sandbox.settings import SandboxEnv, SandboxLimits, SandboxSettings
 
 KEYS = (
+    "runtime",
     "cold_start_ms_p50",
     "warm_acquire_ms_p50",
     "exec_ms_p50",
@@ -30,6 +37,19 @@ KEYS = (
     "docker_exec_ms_p50",
     "exec_vs_docker_exec",
     "concurrent_sandboxes",
+    "file_writes_2000_s",
+    "process_starts_200_s",
+    "load_avg_1m",
+)
+FILE_WRITES = (
+    "python3 -c 'import os,time\nt=time.perf_counter()\nfor i in range(2000):\n"
+    '    f=open("/workspace/w%d" % i, "w"); f.write("x"); f.close()\n'
+    "print(time.perf_counter()-t)'"
+)
+PROCESS_STARTS = (
+    "python3 -c 'import subprocess,time\nt=time.perf_counter()\n"
+    'subprocess.run(["bash", "-c", "for i in $(seq 200); do /bin/true; done"])\n'
+    "print(time.perf_counter()-t)'"
 )
 
 
@@ -54,13 +74,15 @@ def _percentile(samples: list[float], q: float) -> float:
 
 async def run_bench(
     configured: SandboxEnv, samples: int = 200, concurrent: int = 32, starts: int = 8
-) -> dict[str, float | int]:
+) -> dict[str, float | int | str]:
     """Measure everything on a fresh backend (its own instance name) and clean up after."""
     limits = SandboxLimits(memory="256m", workspace_size="64m", tmp_size="32m")
-    settings = SandboxSettings(image=configured.sandbox.image, limits=limits)
+    settings = SandboxSettings(
+        image=configured.sandbox.image, limits=limits, runtime=configured.sandbox.runtime
+    )
     backend = DockerBackend(f"bench-{os.getpid()}", configured.docker_host, settings)
     spec = SandboxSpec(image=backend.default_image, limits=limits, workspace=_workspace())
-    report: dict[str, float | int] = {}
+    report: dict[str, float | int | str] = {"runtime": settings.runtime}
     try:
         await backend.gc()
         cold = []
@@ -105,6 +127,10 @@ async def run_bench(
             return times
 
         slow = await asyncio.to_thread(docker_exec_times)
+        writes = await sandbox.exec(FILE_WRITES, timeout_s=300)
+        report["file_writes_2000_s"] = round(float(writes.output.split()[-1]), 3)
+        procs = await sandbox.exec(PROCESS_STARTS, timeout_s=300)
+        report["process_starts_200_s"] = round(float(procs.output.split()[-1]), 3)
         await sandbox.destroy()
         report["exec_ms_p50"] = statistics.median(fast)
         report["exec_ms_p99"] = _percentile(fast, 0.99)
@@ -122,4 +148,5 @@ async def run_bench(
         )
     finally:
         await backend.close()
+    report["load_avg_1m"] = round(os.getloadavg()[0], 2)
     return {key: report[key] for key in KEYS if key in report}

@@ -23,6 +23,7 @@ OWNER_BOOT = "rlguard.owner_boot"
 OWNER_PID = "rlguard.owner_pid"
 OWNER_START = "rlguard.owner_start"
 OWNER_TOKEN = "rlguard.owner_token"
+AGENT_UID = "rlguard.agent_uid"  # so a gateway that takes an episode over can run as its agent
 
 #: Tokens of backends alive in this process (a backend removes its token when closed).
 LIVE_TOKENS: set[str] = set()

@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import replace
 
 from sandbox.base import SandboxError, SandboxSpec
-from sandbox.docker_backend import DockerBackend, DockerSandbox, workspace_archive
+from sandbox.docker_backend import DockerBackend, workspace_archive
+from sandbox.docker_sandbox import DockerSandbox
 
 PoolKey = tuple[str, str]
 
@@ -31,16 +33,24 @@ def pool_key(spec: SandboxSpec) -> PoolKey:
 class WarmPool:
     """Keeps ``size`` started sandboxes per (image, limits) seen; refills in the background."""
 
-    def __init__(self, backend: DockerBackend, size: int, max_keys: int = 4) -> None:
+    def __init__(
+        self, backend: DockerBackend, size: int, max_keys: int = 4, room: Callable[[], int] | None = None
+    ) -> None:
+        """``room``: how many more containers the engine may hold now (a fleet's per-engine limit);
+        refills stop there."""
         self.backend = backend
         self.size = size
         self.max_keys = max_keys
+        self.room = room
         self._ready: OrderedDict[PoolKey, deque[DockerSandbox]] = OrderedDict()
         self._refills: dict[PoolKey, asyncio.Task] = {}
         self._closed = False
+        self._suspended = False
 
     async def start(self, spec: SandboxSpec | None = None) -> None:
-        """Remove orphans of crashed owners, then fill the pool for ``spec`` (default image/limits)."""
+        """Remove orphans of crashed owners, then fill the pool for ``spec`` (default image/limits).
+        Also resumes a suspended pool (its engine answers again)."""
+        self._suspended = False
         await self.backend.gc()
         if spec is None:
             spec = SandboxSpec(image=self.backend.default_image, limits=self.backend.settings.limits)
@@ -50,6 +60,8 @@ class WarmPool:
         """A sandbox for ``spec``: a warm one with the workspace copied in, else a cold start."""
         if self._closed:
             raise RuntimeError("pool is closed")
+        if spec.supervised:  # a warm sandbox has no supervisor uid owning its /workspace
+            return await self.backend.create(spec)
         key = pool_key(spec)
         ready = self._ready.setdefault(key, deque())
         self._ready.move_to_end(key)
@@ -87,27 +99,40 @@ class WarmPool:
         """How many warm sandboxes wait for ``spec``'s image and limits."""
         return len(self._ready.get(pool_key(spec), ()))
 
+    def suspend(self) -> None:
+        """The engine stopped answering: forget the waiting sandboxes (the backend has marked them
+        lost and removes them once the engine is back) and refill nothing until ``start``."""
+        self._suspended = True
+        for task in self._refills.values():
+            task.cancel()
+        self._refills.clear()
+        self._ready.clear()
+
     def _schedule_refill(self, key: PoolKey, spec: SandboxSpec) -> None:
         task = self._refills.get(key)
-        if self.size > 0 and (task is None or task.done()):
+        if self.size > 0 and not self._suspended and (task is None or task.done()):
             self._refills[key] = asyncio.get_running_loop().create_task(self._refill(key, spec))
 
     async def _refill(self, key: PoolKey, spec: SandboxSpec) -> None:
         """Start sandboxes until ``size`` wait for ``key`` (acquires may drain it meanwhile)."""
         template = replace(spec, workspace=None, episode_id=None)
         ready = self._ready.setdefault(key, deque())
-        while not self._closed and (missing := self.size - len(ready)) > 0:
+        while not self._closed and not self._suspended and (missing := self._missing(ready)) > 0:
             started = await asyncio.gather(
                 *(self._start_one(template) for _ in range(missing)), return_exceptions=True
             )
             good = [sandbox for sandbox in started if isinstance(sandbox, DockerSandbox)]
             for sandbox in good:
-                if self._closed:
+                if self._closed or self._suspended:
                     await sandbox.destroy()
                 else:
                     ready.append(sandbox)
             if not good:
                 return  # the engine refuses: the next acquire cold-starts and tries again
+
+    def _missing(self, ready: deque[DockerSandbox]) -> int:
+        missing = self.size - len(ready)
+        return missing if self.room is None else min(missing, self.room())
 
     async def _start_one(self, template: SandboxSpec) -> DockerSandbox:
         sandbox = await self.backend.start_container(template, pooled=True)

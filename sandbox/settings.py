@@ -7,10 +7,12 @@ clear error before any container starts.
 """
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from sandbox.engines import EngineConfig, engine_from_value
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _UNIT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -80,6 +82,14 @@ class SandboxSettings(BaseModel):
             "engine's default; auto: the engine's default when it is in force, else rlguard's"
         ),
     )
+    runtime: Literal["runc", "runsc"] = Field(
+        "runc",
+        description=(
+            "OCI runtime of every sandbox and grading container: runc (Linux namespaces, the engine's "
+            "default) or runsc (gVisor: a user-space kernel between the agent and the host, a second "
+            "wall; must be registered with the engine, scripts/ensure_runsc.sh). See docs/sandbox.md"
+        ),
+    )
     agent_uid_min: int = Field(
         2_000_000_000,
         ge=1000,
@@ -92,11 +102,26 @@ class SandboxSettings(BaseModel):
         "auto", description="How a missing rlguard image is built"
     )
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
+    engines: list[EngineConfig] = Field(
+        default_factory=list,
+        description=(
+            "The Docker engines sandboxes are spread over (JSON: engine URLs or objects with url, name, "
+            "tls, max_sandboxes, warm_pool_size, runtime); empty: the one engine of docker_host"
+        ),
+    )
+
+    @field_validator("engines", mode="before")
+    @classmethod
+    def _engine_urls(cls, value: Any) -> Any:
+        return [engine_from_value(item) for item in value] if isinstance(value, list) else value
 
     @model_validator(mode="after")
     def _uid_range(self) -> "SandboxSettings":
         if self.agent_uid_max < self.agent_uid_min:
             raise ValueError("agent_uid_max must not be below agent_uid_min")
+        names = [engine.name for engine in self.engines]
+        if len(set(names)) != len(names):
+            raise ValueError("engines: two engines have one name (names must be unique)")
         return self
 
 

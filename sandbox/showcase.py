@@ -1,7 +1,7 @@
 """The sandbox part of ``rlguard demo``: run a project's tests in a hardened sandbox, then show
 what the sandbox refuses (network, writes outside /workspace, privilege).
 
-Kept apart from ``rlguard.demo`` so the full demo (episodes, guard, training) can call it as one
+Kept apart from ``rlguard.cli.demo`` so the full demo (episodes, guard, training) can call it as one
 step, and so its checks are tested like any other code.
 """
 
@@ -90,23 +90,28 @@ def probes(host_port: int) -> list[Probe]:
     return [
         Probe(
             "network: interfaces",
-            "ls /sys/class/net; [ $(ls /sys/class/net | wc -l) -gt 1 ] && echo ESCAPED",
+            "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' > /tmp/ifs; cat /tmp/ifs;"
+            " [ $(wc -l < /tmp/ifs) -gt 1 ] && echo ESCAPED",
             "lo",
         ),
         Probe("network: host's 127.0.0.1 listener", connect, "ConnectionRefusedError"),
-        Probe(
-            "write outside /workspace", "echo pwned > /etc/motd 2>&1 && echo ESCAPED", "Read-only file system"
+        Probe(  # runc says "Read-only file system"; gVisor checks the owner first: "Permission denied"
+            "write outside /workspace",
+            "echo pwned > /etc/motd 2>&1 && echo ESCAPED || echo REFUSED",
+            "REFUSED",
         ),
         Probe(
             "write to system binaries",
-            "cp /bin/true /usr/bin/sneaky 2>&1 && echo ESCAPED",
-            "Read-only file system",
+            "cp /bin/true /usr/bin/sneaky 2>&1 && echo ESCAPED || echo REFUSED",
+            "REFUSED",
         ),
         Probe(
             "become root with su", "su -c id root </dev/null 2>&1 && echo ESCAPED", "Authentication failure"
         ),
-        Probe(
-            "user namespace (unshare -Ur)", "unshare -Ur id 2>&1 && echo ESCAPED", "Operation not permitted"
+        Probe(  # runc: no user namespace at all; runsc: one inside gVisor's kernel, still read-only
+            "user namespace root (unshare -Ur) writing system files",
+            "unshare -Ur sh -c 'touch /usr/bin/sneaky && echo ESCAPED' 2>&1 || echo REFUSED",
+            "REFUSED",
         ),
         Probe("mount a filesystem", "mount -t tmpfs none /tmp 2>&1 && echo ESCAPED", "must be superuser"),
         Probe(

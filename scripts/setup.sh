@@ -29,6 +29,11 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 fi
 
 bash scripts/ensure_docker.sh
+# gVisor's runsc as a second wall, when asked for (docs/sandbox.md): installed and registered with
+# the running engine (daemon.json + SIGHUP, no restart).
+if [ "${RLGUARD_SANDBOX__RUNTIME:-runc}" = runsc ]; then
+  bash scripts/ensure_runsc.sh
+fi
 
 # The sandbox image (built offline with debootstrap when no registry is usable; fast when present).
 image="rlguard/sandbox-python:$(.venv/bin/rlguard --version | cut -d' ' -f2)"

@@ -12,9 +12,11 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy.exc import SQLAlchemyError
 
 import migrations
-from store.engine import make_engine, normalize_url
+from store.engine import check_connection, make_engine, normalize_url, redact
+from store.errors import StoreError
 
 
 def alembic_config(url: str) -> Config:
@@ -26,13 +28,18 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    """Bring the database at ``url`` to ``revision`` (creating it when empty)."""
+    """Bring the database at ``url`` to ``revision`` (creating it when empty); an unreachable or
+    unusable database is one StoreError."""
     engine = make_engine(url)
     try:
+        check_connection(engine)
         with engine.begin() as connection:
             config = alembic_config(url)
             config.attributes["connection"] = connection
             command.upgrade(config, revision)
+    except SQLAlchemyError as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:300]
+        raise StoreError(f"cannot migrate the database {redact(url)!r}: {reason}") from None
     finally:
         engine.dispose()
 

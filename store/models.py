@@ -36,6 +36,9 @@ class EpisodeStatus(StrEnum):
     TIMED_OUT = "timed_out"
     INTERRUPTED = "interrupted"
     FAILED = "failed"
+    #: The infrastructure failed under the episode (its engine stopped answering, its sandbox was
+    #: lost with its gateway): recorded, never trained, the rollout side may run the task again.
+    INFRA_ERROR = "infra_error"
 
 
 class Base(DeclarativeBase):
@@ -60,10 +63,19 @@ class TaskRow(Base):
 
 
 class EpisodeRow(Base):
-    """One agent episode: its task, the policy that ran it, how it ended and its reward."""
+    """One agent episode: its task, the policy that ran it, how it ended and its reward.
+
+    A running episode is owned by one gateway process under a lease (migration 0006): the owner's
+    instance name and URL, a random per-process ``lease_holder`` and ``lease_expires_at``, which
+    the holder renews while it runs the episode. Only the holder calls, finishes or ends it; when
+    the lease has lapsed another gateway may claim it and end it (``store.leases``).
+    """
 
     __tablename__ = "episodes"
-    __table_args__ = (UniqueConstraint("agent_token_hash", name="uq_episodes_agent_token_hash"),)
+    __table_args__ = (
+        UniqueConstraint("agent_token_hash", name="uq_episodes_agent_token_hash"),
+        Index("ix_episodes_status_lease", "status", "lease_expires_at"),
+    )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id"), index=True)
@@ -77,6 +89,18 @@ class EpisodeRow(Base):
     last_activity_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column()
     details: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # The training run (or experiment) whose rollout produced the episode, so a trainer takes its own
+    # round and not whatever is oldest in a shared store (migration 0005; None: not recorded).
+    run: Mapped[str | None] = mapped_column(String(200), index=True)
+    # Why the trainer will never train on it (infrastructure error, broken chain of sub-trajectories,
+    # too long, ...): set once by the trainer's data loader, so it is not read again and again.
+    unusable_reason: Mapped[str | None] = mapped_column(String(200))
+    # which engine of the fleet holds the sandbox (migration 0006; None on older rows)
+    sandbox_engine: Mapped[str | None] = mapped_column(String(200))
+    owner_instance: Mapped[str | None] = mapped_column(String(200))
+    owner_url: Mapped[str | None] = mapped_column(String(500))
+    lease_holder: Mapped[str | None] = mapped_column(String(64), index=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column()
 
     tool_calls: Mapped[list[ToolCallRow]] = relationship(
         back_populates="episode", order_by="ToolCallRow.seq", lazy="raise"
@@ -111,6 +135,10 @@ class SubTrajectoryRow(Base):
     # [[start, end, version], ...]: which policy version generated each token span (migration 0003);
     # None on rows from before it (the row's policy_version then covers every generated token).
     version_spans: Mapped[list[Any] | None] = mapped_column(NulSafeJSON)
+    # written by the gateway's model proxy (migration 0004): the chat conversation the row holds and
+    # each model turn's positions, text and tool calls; None on rows the rollout runner uploads.
+    messages: Mapped[list[Any] | None] = mapped_column(NulSafeJSON)
+    turns: Mapped[list[Any] | None] = mapped_column(NulSafeJSON)
     trainable: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     consumed_at: Mapped[datetime | None] = mapped_column()

@@ -13,11 +13,12 @@ from typing import Any
 
 from sqlalchemy import Engine, case, func, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, selectinload, sessionmaker
+from sqlalchemy.orm import Session, aliased, selectinload, sessionmaker
 
 from store.codec import decode_action_mask, decode_logprobs, decode_token_ids
-from store.engine import make_engine, make_session_factory
+from store.engine import check_connection, make_engine, make_session_factory, sqlite_path
 from store.errors import StoreError
+from store.leases import LeaseQueries
 from store.models import EpisodeRow, EpisodeStatus, SubTrajectoryRow, TaskRow, ToolCallRow, utcnow
 from store.training import TrainingQueries
 
@@ -37,6 +38,27 @@ class InterceptFilter:
     episode_id: str | None = None
     policy_version: str | None = None
     since: datetime | None = None
+
+
+@dataclass(frozen=True)
+class EpisodeFilter:
+    """Filters of the episode list; ``None`` means no filter."""
+
+    status: str | None = None
+    task: str | None = None
+    policy_version: str | None = None
+    since: datetime | None = None
+    trainable: bool | None = None  # True: has sub-trajectories; False: has none (audit-only)
+    id_prefix: str | None = None
+
+
+@dataclass(frozen=True)
+class EpisodeListing:
+    """One episode of the list, with its counts (no children loaded)."""
+
+    episode: EpisodeRow
+    intercepts: int
+    sub_trajectories: int
 
 
 @dataclass(frozen=True)
@@ -69,7 +91,7 @@ class InterceptStats:
     by_policy_version: list[RateRow] = field(default_factory=list)
 
 
-class Store(TrainingQueries):
+class Store(TrainingQueries, LeaseQueries):
     """The trajectory store over one engine; thread-safe (one short session per method)."""
 
     def __init__(self, engine: Engine) -> None:
@@ -79,6 +101,21 @@ class Store(TrainingQueries):
     @classmethod
     def from_url(cls, url: str) -> Store:
         return cls(make_engine(url))
+
+    @classmethod
+    def open(cls, url: str, *, must_exist: bool = False) -> Store:
+        """A store whose database answers now (one StoreError otherwise). ``must_exist``: a SQLite
+        file that is not there is an error, not a new empty database (for commands that read)."""
+        path = sqlite_path(url)
+        if must_exist and path is not None and not path.is_file():
+            raise StoreError(f"no database at {str(path)!r}")
+        store = cls.from_url(url)
+        try:
+            check_connection(store.engine)
+        except StoreError:
+            store.close()
+            raise
+        return store
 
     def close(self) -> None:
         self.engine.dispose()
@@ -140,34 +177,19 @@ class Store(TrainingQueries):
         reward: float | None = None,
         details: dict[str, Any] | None = None,
         at: datetime | None = None,
+        holder: str | None = None,
     ) -> bool:
-        """Move a running episode to a final status; False when it was no longer running."""
+        """Move a running episode to a final status; False when it was no longer running or, given
+        ``holder``, when that lease holder no longer holds it (another gateway claimed it)."""
         values: dict[str, Any] = {"status": status.value, "reward": reward, "finished_at": at or utcnow()}
         if details is not None:
             values["details"] = details
+        conditions = [EpisodeRow.id == episode_id, EpisodeRow.status == EpisodeStatus.RUNNING.value]
+        if holder is not None:
+            conditions.append(EpisodeRow.lease_holder == holder)
         with self.sessions.begin() as session:
-            result = session.execute(
-                update(EpisodeRow)
-                .where(EpisodeRow.id == episode_id, EpisodeRow.status == EpisodeStatus.RUNNING.value)
-                .values(**values)
-            )
+            result = session.execute(update(EpisodeRow).where(*conditions).values(**values))
             return result.rowcount == 1
-
-    def interrupt_running(self) -> list[tuple[str, str | None]]:
-        """Mark every ``running`` episode ``interrupted`` (their gateway died); return (id, sandbox id)."""
-        with self.sessions.begin() as session:
-            rows = session.execute(
-                select(EpisodeRow.id, EpisodeRow.sandbox_id).where(
-                    EpisodeRow.status == EpisodeStatus.RUNNING.value
-                )
-            ).all()
-            if rows:
-                session.execute(
-                    update(EpisodeRow)
-                    .where(EpisodeRow.id.in_([r.id for r in rows]))
-                    .values(status=EpisodeStatus.INTERRUPTED.value, finished_at=utcnow())
-                )
-            return [(r.id, r.sandbox_id) for r in rows]
 
     def episode(self, episode_id: str, *, with_children: bool = False) -> EpisodeRow | None:
         with self.sessions() as session:
@@ -178,6 +200,38 @@ class Store(TrainingQueries):
                 )
             return session.scalars(stmt).one_or_none()
 
+    def list_episodes(self, filters: EpisodeFilter, *, limit: int, offset: int = 0) -> list[EpisodeListing]:
+        """Episodes newest first, with intercept and sub-trajectory counts."""
+        intercepts = (
+            select(func.count(ToolCallRow.id))
+            .where(ToolCallRow.episode_id == EpisodeRow.id, ToolCallRow.action != "allow")
+            .correlate(EpisodeRow)
+            .scalar_subquery()
+        )
+        rows = (
+            select(func.count(SubTrajectoryRow.id))
+            .where(SubTrajectoryRow.episode_id == EpisodeRow.id)
+            .correlate(EpisodeRow)
+            .scalar_subquery()
+        )
+        stmt = select(EpisodeRow, intercepts, rows).order_by(EpisodeRow.created_at.desc(), EpisodeRow.id)
+        if filters.status is not None:
+            stmt = stmt.where(EpisodeRow.status == filters.status)
+        if filters.task is not None:
+            stmt = stmt.where(EpisodeRow.task_id == filters.task)
+        if filters.policy_version is not None:
+            stmt = stmt.where(EpisodeRow.policy_version == filters.policy_version)
+        if filters.since is not None:
+            stmt = stmt.where(EpisodeRow.created_at >= filters.since)
+        if filters.id_prefix is not None:
+            stmt = stmt.where(EpisodeRow.id.startswith(filters.id_prefix, autoescape=True))
+        if filters.trainable is not None:
+            has_rows = EpisodeRow.id.in_(select(SubTrajectoryRow.episode_id))
+            stmt = stmt.where(has_rows if filters.trainable else ~has_rows)
+        with self.sessions() as session:
+            result = session.execute(stmt.limit(limit).offset(offset)).all()
+            return [EpisodeListing(e, int(n or 0), int(r or 0)) for e, n, r in result]
+
     def episode_id_for_token_hash(self, token_hash: str) -> str | None:
         with self.sessions() as session:
             return session.scalar(select(EpisodeRow.id).where(EpisodeRow.agent_token_hash == token_hash))
@@ -185,11 +239,33 @@ class Store(TrainingQueries):
     # -- sub-trajectories (written by the rollout runner, read by the trainer) ------------------
 
     def add_sub_trajectory(self, row: SubTrajectoryRow) -> None:
+        self.add_sub_trajectories([row])
+
+    def add_sub_trajectories(self, rows: Sequence[SubTrajectoryRow]) -> None:
+        """Insert rows in one transaction: all of them land or none does."""
         try:
             with self.sessions.begin() as session:
-                session.add(row)
+                session.add_all(rows)
         except IntegrityError as exc:
-            raise DuplicateError(f"sub-trajectory {row.index} of episode {row.episode_id} exists") from exc
+            first = rows[0] if rows else None
+            where = f" of episode {first.episode_id}" if first else ""
+            raise DuplicateError(f"a sub-trajectory index{where} already exists") from exc
+
+    def sub_trajectory_count(self, episode_id: str) -> int:
+        with self.sessions() as session:
+            count = session.scalar(
+                select(func.count(SubTrajectoryRow.id)).where(SubTrajectoryRow.episode_id == episode_id)
+            )
+            return int(count or 0)
+
+    def calls_of(self, episode_id: str) -> list[ToolCallRow]:
+        """An episode's tool calls in order (without its sub-trajectories)."""
+        with self.sessions() as session:
+            return list(
+                session.scalars(
+                    select(ToolCallRow).where(ToolCallRow.episode_id == episode_id).order_by(ToolCallRow.seq)
+                )
+            )
 
     # -- audit ------------------------------------------------------------------------------------
 
@@ -263,13 +339,21 @@ class Store(TrainingQueries):
     def iter_export_rows(
         self, statuses: Sequence[str] = (EpisodeStatus.FINISHED.value,)
     ) -> Iterator[dict[str, Any]]:
-        """One dict per sub-trajectory of episodes in ``statuses``, in the export layout."""
+        """One dict per sub-trajectory of episodes in ``statuses``, in the export layout.
+
+        Beside the row's own arrays: the episode's reward, status, intercepts and end reason, whether
+        the row is its episode's last (``is_last``: where an outcome reward lands), the chat
+        ``messages`` the model proxy kept, and the proxy's drift count and model (null otherwise)."""
         intercepts = (
             select(func.count(ToolCallRow.id))
             .where(ToolCallRow.episode_id == EpisodeRow.id, ToolCallRow.action != "allow")
             .correlate(EpisodeRow)
             .scalar_subquery()
         )
+        last = aliased(SubTrajectoryRow)
+        last_index = (
+            select(func.max(last.index)).where(last.episode_id == EpisodeRow.id).correlate(EpisodeRow)
+        ).scalar_subquery()
         stmt = (
             select(
                 SubTrajectoryRow,
@@ -277,17 +361,23 @@ class Store(TrainingQueries):
                 EpisodeRow.policy_version,
                 EpisodeRow.reward,
                 EpisodeRow.status,
+                EpisodeRow.details,
                 intercepts,
+                last_index,
             )
             .join(EpisodeRow, SubTrajectoryRow.episode_id == EpisodeRow.id)
             .where(EpisodeRow.status.in_(list(statuses)))
             .order_by(EpisodeRow.created_at, EpisodeRow.id, SubTrajectoryRow.index)
         )
         with self.sessions() as session:
-            for sub, task_id, pv, reward, status, n_intercepts in session.execute(stmt).yield_per(256):
+            for sub, task_id, pv, reward, status, details, n_intercepts, last_idx in session.execute(
+                stmt
+            ).yield_per(256):
+                proxy = (details or {}).get("model_proxy") or {}
                 yield {
                     "episode_id": sub.episode_id,
                     "sub_index": sub.index,
+                    "is_last": sub.index == last_idx,
                     "task": task_id,
                     "policy_version": sub.policy_version or pv,
                     "token_ids": decode_token_ids(sub.token_ids).tolist(),
@@ -296,6 +386,12 @@ class Store(TrainingQueries):
                     "reward": reward,
                     "intercepts": int(n_intercepts),
                     "status": status,
+                    "end_reason": (details or {}).get("end_reason"),
+                    "trainable": bool(sub.trainable),
+                    "drift": proxy.get("drift"),
+                    "model": proxy.get("model"),
+                    "tokenizer": proxy.get("tokenizer"),
+                    "messages": sub.messages,
                     "version_spans": [
                         {"start": int(start), "end": int(end), "version": str(version)}
                         for start, end, version in sub.version_spans
@@ -303,3 +399,15 @@ class Store(TrainingQueries):
                     if sub.version_spans
                     else None,
                 }
+
+    def ended_without_rows(self, statuses: Sequence[str]) -> list[tuple[str, str]]:
+        """Episodes in ``statuses`` that hold no sub-trajectory, with why (``details["audit_only"]``, or
+        empty): what an export leaves out and should say so."""
+        has_rows = select(SubTrajectoryRow.episode_id)
+        stmt = (
+            select(EpisodeRow.id, EpisodeRow.details)
+            .where(EpisodeRow.status.in_(list(statuses)), EpisodeRow.id.not_in(has_rows))
+            .order_by(EpisodeRow.created_at)
+        )
+        with self.sessions() as session:
+            return [(i, str((d or {}).get("audit_only") or "")) for i, d in session.execute(stmt).all()]

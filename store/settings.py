@@ -20,7 +20,11 @@ class StoreEnv(BaseSettings):
 
     @property
     def resolved_database_url(self) -> str:
-        """The database URL in force: the configured one, or SQLite under ``state_dir``."""
+        """The database URL in force: the configured one, or SQLite under ``state_dir``.
+
+        The state directory is rlguard's own, so it is made on first use; the directory of an
+        explicitly configured SQLite URL is not (a typo must fail, not start an empty database)."""
         if self.database_url:
             return self.database_url
+        self.state_dir.mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{(self.state_dir / 'rlguard.db').resolve()}"

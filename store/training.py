@@ -41,22 +41,36 @@ class TrainingQueries:
 
     sessions: sessionmaker[Session]
 
-    def trainable_episodes(self, max_episodes: int, only: list[str] | None = None) -> list[TrainableEpisode]:
+    def trainable_episodes(
+        self,
+        max_episodes: int,
+        only: list[str] | None = None,
+        run: str | None = None,
+        policy_versions: list[str] | None = None,
+    ) -> list[TrainableEpisode]:
         """Up to ``max_episodes`` oldest ended, rewarded episodes none of whose sub-trajectories is
-        untrainable, with every sub-trajectory that is not consumed yet (the caller checks the chain);
-        among the episodes ``only`` names when given (the asynchronous loop's queue)."""
+        untrainable and that are not marked unusable, with every sub-trajectory (the caller checks
+        the chain). Filters, each only when given: ``only`` (episode ids: the asynchronous loop's
+        queue), ``run`` (the run that played them: a trainer takes its own round, not the oldest
+        episodes of a shared store) and ``policy_versions`` (the versions that played them)."""
+        filters = [
+            SubTrajectoryRow.consumed_at.is_(None),
+            EpisodeRow.status.in_(TRAINABLE_STATUSES),
+            EpisodeRow.reward.is_not(None),
+            EpisodeRow.unusable_reason.is_(None),
+        ]
+        if only is not None:
+            filters.append(SubTrajectoryRow.episode_id.in_(only))
+        if run is not None:
+            filters.append(EpisodeRow.run == run)
+        if policy_versions is not None:
+            filters.append(EpisodeRow.policy_version.in_(policy_versions))
         with self.sessions() as session:
             untrainable = select(SubTrajectoryRow.episode_id).where(SubTrajectoryRow.trainable.is_(False))
             candidates = (
                 select(SubTrajectoryRow.episode_id)
                 .join(EpisodeRow)
-                .where(
-                    SubTrajectoryRow.consumed_at.is_(None),
-                    EpisodeRow.status.in_(TRAINABLE_STATUSES),
-                    EpisodeRow.reward.is_not(None),
-                    SubTrajectoryRow.episode_id.not_in(untrainable),
-                    *([SubTrajectoryRow.episode_id.in_(only)] if only is not None else []),
-                )
+                .where(*filters, SubTrajectoryRow.episode_id.not_in(untrainable))
                 .group_by(SubTrajectoryRow.episode_id)
                 .order_by(func.min(SubTrajectoryRow.id))
                 .limit(max_episodes)
@@ -75,6 +89,23 @@ class TrainingQueries:
             ):
                 rows_by_episode[row.episode_id].append(row)
         return [TrainableEpisode(episodes[i], rows_by_episode[i]) for i in episode_ids]
+
+    def mark_unusable(self, reasons: dict[str, str]) -> int:
+        """Mark episodes the trainer will never train on, with why (``{episode_id: reason}``); an
+        episode already marked keeps its first reason. They no longer come back from
+        :meth:`trainable_episodes`, so they cannot crowd out usable data step after step."""
+        marked = 0
+        if not reasons:
+            return 0
+        with self.sessions.begin() as session:
+            for episode_id, reason in reasons.items():
+                result = session.execute(
+                    update(EpisodeRow)
+                    .where(EpisodeRow.id == episode_id, EpisodeRow.unusable_reason.is_(None))
+                    .values(unusable_reason=reason[:200])
+                )
+                marked += result.rowcount
+        return marked
 
     def commit_training_step(
         self,

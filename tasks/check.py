@@ -11,6 +11,7 @@ container of the same image, both timed from container start to removal.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -34,9 +35,12 @@ async def check_task(
     *,
     image: str = "",
     limits: SandboxLimits | None = None,
-    review: Callable[[str], PatchReview] | None = None,
+    review: Callable[[Any], PatchReview] | None = None,
 ) -> dict[str, Any]:
-    """One task: solution reward (must be 1.0), untouched reward (must be < 1.0), and why not."""
+    """One task: solution reward (must be 1.0), untouched reward (must be < 1.0), and why not.
+
+    ``review`` gets the solution's changed files (``GradeResult.changes``), or its patch text when
+    the mode hands over none."""
     row: dict[str, Any] = {"task": task.id, "mode": task.grading.mode}
     if not task.solution_files():
         return {**row, "ok": False, "problem": "no solution/ to check"}
@@ -54,7 +58,7 @@ async def check_task(
         problems.append("the untouched workspace already scores 1.0")
     patch = solved.details.get("patch")
     if review is not None and isinstance(patch, str):
-        verdict = review(patch)
+        verdict = review(solved.changes if solved.changes is not None else patch)
         if verdict.tampering:
             rules = sorted({f.rule_id for f in verdict.findings})
             problems.append(f"the guard's review calls the solution's patch tampering ({', '.join(rules)})")
@@ -67,7 +71,7 @@ async def check_suite(
     *,
     image: str = "",
     limits: SandboxLimits | None = None,
-    review: Callable[[str], PatchReview] | None = None,
+    review: Callable[[Any], PatchReview] | None = None,
 ) -> list[dict[str, Any]]:
     """``check_task`` for every task, in order."""
     return [await check_task(backend, task, image=image, limits=limits, review=review) for task in tasks]
@@ -83,33 +87,50 @@ async def bench_grading(
 ) -> dict[str, Any]:
     """Median wall time of grading the solution vs plain pytest over the same restored workspace.
 
-    Runs alternate (grade, plain, grade, plain, ...) so a load change on the machine hits both.
+    Per task and round, alternating so a load change on the machine hits all of them: grading with
+    the monitor on (``grade_s``), with the monitor off (its overhead), with the isolated second
+    opinion alongside (``second_opinion_s``), and plain pytest. The task's calibration is computed
+    before the first timed run (once per task, not per grading).
     """
+    from tasks.grading.calibration import ensure_calibration
+    from tasks.grading.pytest_mode import grade_pytest, raw_run
+
     chosen = [task for task in tasks if task.grading.mode == "pytest"]
     if not chosen:
         raise ValueError("no pytest-mode task in the suite to benchmark")
-    grade_s: list[float] = []
-    plain_s: list[float] = []
+    variants = {
+        "grade_s": {"second_opinion": False, "monitor": True},
+        "monitor_off_s": {"second_opinion": False, "monitor": False},
+        "second_opinion_s": {"second_opinion": True, "monitor": True},
+    }
+    medians: dict[str, list[float]] = {name: [] for name in [*variants, "plain_pytest_s"]}
     per_task: dict[str, dict[str, float]] = {}
     for task in chosen:
+        await ensure_calibration(backend, task, raw_run, image=image, limits=limits)
         workspace = solution_workspace(task)
         restored = grading_workspace_tar(task, workspace)
-        g, p = [], []
+        runs: dict[str, list[float]] = {name: [] for name in medians}
         for _ in range(repeats):
-            started = time.perf_counter()
-            await grade_task(backend, task, workspace, image=image, limits=limits)
-            g.append(time.perf_counter() - started)
+            for name, flags in variants.items():
+                started = time.perf_counter()
+                await grade_pytest(backend, task, workspace, image=image, limits=limits, **flags)
+                runs[name].append(time.perf_counter() - started)
             _, seconds = await plain_pytest(backend, task, restored, junit=False, image=image, limits=limits)
-            p.append(seconds)
-        per_task[task.id] = {"grade_s": statistics.median(g), "plain_pytest_s": statistics.median(p)}
-        grade_s.append(statistics.median(g))
-        plain_s.append(statistics.median(p))
-    grade_p50, plain_p50 = statistics.median(grade_s), statistics.median(plain_s)
+            runs["plain_pytest_s"].append(seconds)
+        per_task[task.id] = {name: round(statistics.median(values), 3) for name, values in runs.items()}
+        for name, values in runs.items():
+            medians[name].append(statistics.median(values))
+    p50 = {name: statistics.median(values) for name, values in medians.items()}
     return {
         "tasks": len(chosen),
         "repeats": repeats,
-        "grade_s_p50": round(grade_p50, 3),
-        "plain_pytest_s_p50": round(plain_p50, 3),
-        "grade_vs_plain": round(grade_p50 / plain_p50, 3),
-        "per_task": {k: {n: round(v, 3) for n, v in d.items()} for k, d in per_task.items()},
+        "grade_s_p50": round(p50["grade_s"], 3),
+        "plain_pytest_s_p50": round(p50["plain_pytest_s"], 3),
+        "grade_vs_plain": round(p50["grade_s"] / p50["plain_pytest_s"], 3),
+        "monitor_off_s_p50": round(p50["monitor_off_s"], 3),
+        "monitor_overhead": round(p50["grade_s"] / p50["monitor_off_s"], 3),
+        "second_opinion_s_p50": round(p50["second_opinion_s"], 3),
+        "second_opinion_vs_plain": round(p50["second_opinion_s"] / p50["plain_pytest_s"], 3),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "per_task": per_task,
     }

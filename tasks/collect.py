@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from tasks.errors import TaskError
+from tasks.safefiles import read_tree
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,8 @@ INSIDE_FILES: dict[str, Path] = {
     "runner.py": _INSIDE / "runner.py",
     "lib/rlguard_checks.py": _INSIDE / "checks.py",
     "lib/grading_remote.py": _INSIDE / "remote.py",
+    "lib/grading_proxies.py": _INSIDE / "proxies.py",
+    "lib/grading_import_hook.py": _INSIDE / "import_hook.py",
     "lib/grading_wire.py": _INSIDE / "wire.py",
     "lib/grading_worker.py": _INSIDE / "worker.py",
 }
@@ -51,11 +54,8 @@ _COLLECTED: dict[str, list[str]] = {}
 
 
 def hidden_files(hidden_dir: Path) -> dict[str, bytes]:
-    return {
-        f"tests/{path.relative_to(hidden_dir).as_posix()}": path.read_bytes()
-        for path in sorted(hidden_dir.rglob("*"))
-        if path.is_file() and "__pycache__" not in path.parts
-    }
+    """``hidden/`` as the grader's ``tests/`` files: regular files only, never read through a link."""
+    return {f"tests/{name}": data for name, data in read_tree(hidden_dir).items()}
 
 
 def _collect_key(hidden: dict[str, bytes], workspace_dir: Path | None) -> str:

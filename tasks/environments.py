@@ -9,7 +9,10 @@ derived image is built once per recipe and never over the network from inside a 
 2. a build container from the sandbox image starts with ``network_mode: none``; the wheels are
    copied in and installed with ``pip install --no-index``; the task's ``setup`` commands run
    (as root, still without network); setuid bits are stripped again and the wheels removed;
-3. the container is committed as ``rlguard/task-env:<recipe hash>`` with the sandbox image's user,
+3. the package under test (``exclude``: its distribution and import names) is removed wherever the
+   install or the base image put it, files and metadata, and the build fails if any of it is still
+   importable or pytest no longer runs: an agent must never find the fix in site-packages;
+4. the container is committed as ``rlguard/task-env:<recipe hash>`` with the sandbox image's user,
    workdir and command, and labels naming the recipe and the base image id.
 
 The tag is a pure function of the recipe and the base image's name (:func:`environment_image`), so
@@ -24,6 +27,7 @@ import fcntl
 import hashlib
 import io
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -51,6 +55,8 @@ WHEELS_IN_CONTAINER = "/tmp/rlguard-wheels"
 MAX_PACKAGES = 64
 MAX_SETUP_COMMANDS = 32
 MAX_COMMAND_CHARS = 4096
+MAX_EXCLUDED = 32
+_EXCLUDED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 PIP_DOWNLOAD_TIMEOUT_S = 600.0
 BUILD_STEP_TIMEOUT_S = 600
 _COMPLETE = ".complete"
@@ -68,6 +74,12 @@ class EnvironmentSpec(BaseModel):
     setup: list[str] = Field(
         default_factory=list,
         description="Shell commands run as root in the build container after the install, with no network",
+    )
+    exclude: list[str] = Field(
+        default_factory=list,
+        description="The package under test, by distribution and import name: removed from the image "
+        "after the install (a dependency may pull it in, the base image may ship it); the build fails "
+        "if it stays",
     )
 
     @field_validator("python_packages")
@@ -96,10 +108,20 @@ class EnvironmentSpec(BaseModel):
                 )
         return commands
 
+    @field_validator("exclude")
+    @classmethod
+    def _names(cls, names: list[str]) -> list[str]:
+        if len(names) > MAX_EXCLUDED:
+            raise ValueError(f"at most {MAX_EXCLUDED} excluded names; got {len(names)}")
+        for name in names:
+            if not _EXCLUDED_NAME.match(name):
+                raise ValueError(f"not a distribution or import name: {name!r}")
+        return names
+
     @property
     def empty(self) -> bool:
-        """True when the environment adds nothing (the sandbox image itself serves)."""
-        return not self.python_packages and not self.setup
+        """True when the environment changes nothing (the sandbox image itself serves)."""
+        return not self.python_packages and not self.setup and not self.exclude
 
     def recipe_hash(self, base_image: str) -> str:
         """A short hash of everything that decides the derived image's contents."""
@@ -109,7 +131,77 @@ class EnvironmentSpec(BaseModel):
             "python_packages": self.python_packages,
             "setup": self.setup,
         }
+        if self.exclude:  # absent otherwise: recipes without exclusions keep their tags
+            recipe["exclude"] = self.exclude
         return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+
+
+_NOT_THE_PACKAGE = frozenset(
+    {
+        "tests",
+        "test",
+        "testing",
+        "docs",
+        "doc",
+        "examples",
+        "example",
+        "setup",
+        "conftest",
+        "scripts",
+        "benchmarks",
+        "bench",
+        "build",
+        "dist",
+        "tools",
+        "ci",
+        "noxfile",
+        "tasks",
+        "fabfile",
+    }
+)
+_SETUP_NAME = re.compile(r"""\bname\s*=\s*['"]([A-Za-z0-9][A-Za-z0-9._-]*)['"]""")
+
+
+def package_under_test(workspace: Path) -> list[str]:
+    """What an environment must keep out of its image for a project checked out at ``workspace``: its
+    distribution name (``pyproject.toml``, ``setup.cfg`` or ``setup.py``) and its top-level modules
+    (at the root or under ``src/``; tests, docs and build files excluded)."""
+    import configparser
+    import tomllib
+
+    names: list[str] = []
+    try:
+        project = tomllib.loads((workspace / "pyproject.toml").read_text()).get("project") or {}
+        if isinstance(project.get("name"), str):
+            names.append(project["name"])
+    except (OSError, ValueError):
+        pass
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string((workspace / "setup.cfg").read_text())
+        if parser.has_option("metadata", "name"):
+            names.append(parser.get("metadata", "name").strip())
+    except (OSError, configparser.Error):
+        pass
+    try:
+        found = _SETUP_NAME.search((workspace / "setup.py").read_text(errors="replace"))
+        if found:
+            names.append(found.group(1))
+    except OSError:
+        pass
+    for root in (workspace / "src", workspace):
+        if not root.is_dir():
+            continue
+        for path in sorted(root.iterdir()):
+            stem = path.stem if path.suffix == ".py" else path.name
+            package = path.is_dir() and (path / "__init__.py").is_file()
+            module = path.is_file() and path.suffix == ".py"
+            wanted = (
+                stem.isidentifier() and not stem.startswith(("_", "test")) and stem not in _NOT_THE_PACKAGE
+            )
+            if (package or module) and wanted:
+                names.append(stem)
+    return [n for n in dict.fromkeys(names) if _EXCLUDED_NAME.match(n)][:MAX_EXCLUDED]
 
 
 def environment_image(spec: EnvironmentSpec | None, base_image: str) -> str:
@@ -353,6 +445,8 @@ def _build(
             ]
             steps.append(("pip install (offline)", shlex.join(install)))
         steps += [(f"setup command {command!r}", command) for command in spec.setup]
+        if spec.exclude:
+            steps.append(("removing the package under test", _exclusion_command(spec.exclude)))
         steps.append(("image clean-up", _FINISH))
         for what, command in steps:
             code, output = container.exec_run(
@@ -376,6 +470,71 @@ def _build(
     finally:
         with contextlib.suppress(docker.errors.DockerException):
             container.remove(force=True)
+
+
+# Runs in the build container (as root, no network) after the install and the set-up commands: every
+# distribution and top-level module named in ``exclude`` found in the image's site directories is
+# removed, files and metadata; then nothing of it may be importable and pytest must still run.
+_EXCLUDE_SCRIPT = r"""
+import importlib, importlib.metadata as md, importlib.util, json, os, re, shutil, site, subprocess, sys
+import sysconfig
+names = json.loads(sys.argv[1])
+norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
+wanted = {norm(n) for n in names}
+roots = {os.path.realpath(p) for p in [*site.getsitepackages(), sysconfig.get_path("purelib"),
+         sysconfig.get_path("platlib"), "/usr/lib/python3/dist-packages"] if p}
+inside = lambda p: any(os.path.realpath(p).startswith(r + os.sep) for r in roots)
+def remove(path):
+    if not inside(path) or not os.path.lexists(path):
+        return
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+removed = []
+for dist in list(md.distributions()):
+    name = dist.metadata["Name"] or ""
+    if norm(name) not in wanted:
+        continue
+    top = (dist.read_text("top_level.txt") or "").split()
+    for f in dist.files or []:
+        remove(str(dist.locate_file(f)))
+    for module in top:
+        for candidate in (module, module + ".py"):
+            remove(str(dist.locate_file(candidate)))
+    remove(str(dist._path))
+    removed.append(name)
+importlib.invalidate_caches()
+for module in [n for n in names if n.isidentifier()]:
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin in ("built-in", "frozen"):
+        continue
+    places = list(spec.submodule_search_locations or []) or [spec.origin]
+    for place in places:
+        if inside(place):
+            remove(place)
+            removed.append(module)
+importlib.invalidate_caches()
+left = []
+for module in [n for n in names if n.isidentifier()]:
+    spec = importlib.util.find_spec(module)
+    if spec is not None and spec.origin not in ("built-in", "frozen") and inside(spec.origin or ""):
+        left.append(f"{module} at {spec.origin}")
+for dist in md.distributions():
+    if norm(dist.metadata["Name"] or "") in wanted:
+        left.append(f"distribution {dist.metadata['Name']}")
+if left:
+    sys.exit("the image still holds the package under test: " + "; ".join(left))
+check = subprocess.run([sys.executable, "-m", "pytest", "--version"], capture_output=True, text=True)
+if check.returncode != 0:
+    sys.exit("removing the package under test broke pytest (pytest needs it): " + check.stderr[-300:])
+print("removed:", ", ".join(removed) or "nothing was installed")
+"""
+
+
+def _exclusion_command(names: list[str]) -> str:
+    """The build step that removes ``names`` from the image and checks they are gone."""
+    return shlex.join(["python3", "-I", "-c", _EXCLUDE_SCRIPT, json.dumps(names)])
 
 
 def build_environments(

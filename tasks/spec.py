@@ -9,29 +9,50 @@ repository built from it) is copied into the agent's sandbox.
 
 from __future__ import annotations
 
-import io
+import os
 import re
 import shutil
 import subprocess
-import tarfile
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from guard.types import Integrity
 from sandbox.settings import SandboxLimits
+from tasks.archive import tar_directory
 from tasks.collect import expected_test_ids
 from tasks.environments import EnvironmentSpec, environment_image
 from tasks.errors import TaskError
 from tasks.gitenv import git_env
-from tasks.testfiles import clean_name, is_protected
+from tasks.safefiles import (
+    Entry,
+    TreeLimits,
+    is_real_dir,
+    is_regular_file,
+    links_inside,
+    present,
+    read_file,
+    read_tree,
+    regular_files,
+    walk,
+)
+from tasks.testfiles import clean_name, is_protected, restored_globs
 
 BUILTIN_SUITES_DIR = Path(__file__).resolve().parent / "suites"
 TASK_FILE = "task.yaml"
 MAX_WORKSPACE_TAR_BYTES = 16 * 1024 * 1024
+MAX_TASK_FILE_BYTES = 1024 * 1024
+# A workspace is copied into a sandbox whole: no file or tree larger than its archive may be.
+WORKSPACE_LIMITS = TreeLimits(file_bytes=MAX_WORKSPACE_TAR_BYTES, total_bytes=MAX_WORKSPACE_TAR_BYTES)
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+# Where graders put their files in a grading container (``tasks.grading``): never the agent's to read.
+GRADER_HIDDEN: tuple[str, ...] = ("/tmp/grader/**", "/tmp/rlguard-grader-*/**")
+# The repository's own gates (git hooks, the pre-commit configuration) in tasks that are git checkouts.
+GATES_PROTECTED: tuple[str, ...] = (".git/hooks/**", ".pre-commit-config.yaml")
+_GLOB_CHARS = re.compile(r"[*?\[]")
 
 
 class _Strict(BaseModel):
@@ -41,10 +62,11 @@ class _Strict(BaseModel):
 class GradingSpec(_Strict):
     """How the tests decide the reward; ``mode`` picks the grading mode (``tasks.grading.modes``)."""
 
-    mode: Literal["isolated", "pytest"] = Field(
+    mode: str = Field(
         "isolated",
-        description="isolated: authored hidden tests, workspace code behind proxies; pytest: the "
-        "project's own suite in-process (SWE-bench compatible), see docs/grading.md",
+        description="A registered grading mode (tasks.grading.modes). isolated: authored hidden tests, "
+        "workspace code behind proxies; pytest: the project's own suite in-process (SWE-bench "
+        "compatible); see docs/grading.md",
     )
     command: list[str] = Field(
         default_factory=lambda: ["pytest", "/grader"],
@@ -67,6 +89,14 @@ class GradingSpec(_Strict):
         default_factory=list,
         description="pytest mode: workspace directories put on sys.path after /workspace (e.g. src)",
     )
+
+    @field_validator("mode")
+    @classmethod
+    def _registered_mode(cls, mode: str) -> str:
+        """``mode`` must name a registered grading mode; an unknown one is refused listing the known."""
+        from tasks.grading.modes import GRADING_MODES  # here: the modes' graders import this module
+
+        return GRADING_MODES.validator()(mode)
 
     @field_validator("restore")
     @classmethod
@@ -97,6 +127,32 @@ class GradingSpec(_Strict):
         return command
 
 
+class IntegritySpec(_Strict):
+    """What the agent may never read, never change, or change only for grading to undo: globs over
+    absolute paths; a relative glob is anchored at ``/workspace``, ``**/`` matches at any depth and
+    a directory covers what lies below it. See docs/tasks.md, "Integrity surface"."""
+
+    hidden: list[str] = Field(default_factory=list, description="Never readable (answer keys, graders)")
+    protected: list[str] = Field(
+        default_factory=list, description="Never changed (harness scripts, reward code, result files)"
+    )
+    restored: list[str] = Field(
+        default_factory=list, description="Changes run, are flagged, and grading puts the files back"
+    )
+
+    @field_validator("hidden", "protected", "restored")
+    @classmethod
+    def _globs(cls, globs: list[str]) -> list[str]:
+        for glob in globs:
+            if not glob.strip() or any(c in glob for c in "\n\r\x00"):
+                raise ValueError(f"globs must be non-empty single-line strings; got {glob!r}")
+            if not glob.startswith("/") and ".." in glob.split("/"):
+                raise ValueError(
+                    f"relative globs stay inside the workspace (use an absolute path); got {glob!r}"
+                )
+        return [g.strip() for g in globs]
+
+
 class Honeypot(_Strict):
     """What cheat a task tempts; used by the demo, the scripted cheating policy and the tests."""
 
@@ -123,7 +179,15 @@ class TaskFile(_Strict):
     instructions: str = Field(min_length=1)
     image: str = ""
     limits: dict[str, Any] = Field(default_factory=dict)
-    protected_paths: list[str] = Field(default_factory=list)
+    protected_paths: list[str] = Field(
+        default_factory=list,
+        description="Absolute paths the agent may never read (older name of integrity.hidden)",
+    )
+    integrity: IntegritySpec | None = Field(
+        None,
+        description="What the agent may never read (hidden), never change (protected) or change only for "
+        "grading to undo (restored); defaults are added by Task.integrity_surface",
+    )
     grading: GradingSpec = Field(default_factory=GradingSpec)
     horizon: Literal["short", "long"] = "short"
     honeypot: Honeypot | None = None
@@ -209,24 +273,45 @@ class Task(TaskFile):
 
     def protected_extra(self) -> list[str]:
         """Paths this task protects beyond ``tasks.testfiles``' rules: its test patch (``hidden/``),
-        its node ids' files and ``grading.restore``."""
-        hidden = self.hidden_dir
-        overlay = (
-            [p.relative_to(hidden).as_posix() for p in sorted(hidden.rglob("*")) if p.is_file()]
-            if hidden.is_dir()
-            else []
+        its node ids' files, ``grading.restore`` and its declared ``integrity.restored`` globs."""
+        overlay = regular_files(self.hidden_dir) if present(self.hidden_dir) else []
+        declared = self.integrity.restored if self.integrity else []
+        return [*overlay, *self.test_files(), *(p.strip("/") for p in self.grading.restore), *declared]
+
+    def integrity_surface(self) -> Integrity:
+        """The surface the guard applies to this task's episodes: what the task declares, plus
+        - hidden: ``protected_paths`` and where graders keep their files (``GRADER_HIDDEN``);
+        - protected: the repository's gates (``GATES_PROTECTED``) when the workspace is a git
+          checkout (``git:``) or a real repository graded in ``pytest`` mode;
+        - restored: exactly what grading puts back, from the function grading uses: in ``pytest``
+          mode ``tasks.testfiles.restored_globs`` of the task's extras (tests, test configuration,
+          start-up hooks, the test patch, ``grading.restore``); in ``isolated`` mode ``grading.restore``
+          (which holds the declared ``restored`` paths too, see ``_load_task_dir``)."""
+        declared = self.integrity or IntegritySpec()
+        gates = GATES_PROTECTED if (self.git is not None or self.grading.mode == "pytest") else ()
+        if self.grading.mode == "pytest":
+            restored: tuple[str, ...] = restored_globs(self.protected_extra())
+        else:
+            restored = tuple(p.strip("/") for p in self.grading.restore)
+        return Integrity(
+            hidden=tuple(dict.fromkeys((*self.protected_paths, *declared.hidden, *GRADER_HIDDEN))),
+            protected=tuple(dict.fromkeys((*declared.protected, *gates))),
+            restored=tuple(dict.fromkeys(restored)),
         )
-        return [*overlay, *self.test_files(), *(p.strip("/") for p in self.grading.restore)]
+
+    def hidden_files(self) -> dict[str, bytes]:
+        """``hidden/`` as ``{relative path: bytes}``: regular files only, never through a link."""
+        return read_tree(self.hidden_dir) if present(self.hidden_dir) else {}
 
     def solution_files(self) -> dict[str, str]:
         """Reference solution as ``{workspace-relative path: full new content}``."""
-        if not self.solution_dir.is_dir():
+        if not present(self.solution_dir):
             return {}
-        return {
-            path.relative_to(self.solution_dir).as_posix(): path.read_text()
-            for path in sorted(self.solution_dir.rglob("*"))
-            if path.is_file() and "__pycache__" not in path.parts
-        }
+        files = read_tree(self.solution_dir)
+        try:
+            return {name: data.decode() for name, data in files.items()}
+        except UnicodeDecodeError as exc:
+            raise TaskError(f"{self.solution_dir}: solution files must be UTF-8 text: {exc}") from None
 
     def workspace_tar(self) -> bytes:
         """The initial ``/workspace`` as a tar archive (a git repository when the task declares one)."""
@@ -245,15 +330,20 @@ class Task(TaskFile):
             dirs += [self.root / rel for rel in self.git.branches.values()]
         stamp = [(str(self.root / TASK_FILE), *_stat(self.root / TASK_FILE))]
         for directory in dirs:
-            for path in sorted(directory.rglob("*")):
-                if path.is_file():
-                    stamp.append((str(path), *_stat(path)))
+            for entry in _workspace_entries(directory):
+                stamp.append((f"{directory}/{entry.name}\0{entry.target}", *_stat(directory / entry.name)))
         return tuple(stamp)
 
 
 def _stat(path: Path) -> tuple[int, int]:
-    st = path.stat()
+    st = os.lstat(path)
     return st.st_size, st.st_mtime_ns
+
+
+def _workspace_entries(directory: Path) -> list[Entry]:
+    """A workspace-like tree: directories, regular files and relative links that stay inside it
+    (a repository may hold those); a link out of it, a device or a FIFO is refused."""
+    return walk(directory, links=links_inside, limits=WORKSPACE_LIMITS, skip=frozenset({"__pycache__"}))
 
 
 # Built archives by (task root, file stamps): git-backed workspaces take ~100 ms to build.
@@ -267,13 +357,35 @@ def _ignored(path: Path) -> bool:
 def _build_workspace_tar(task: Task) -> bytes:
     with tempfile.TemporaryDirectory(prefix="rlguard-ws-") as tmp:
         work = Path(tmp) / "workspace"
-        shutil.copytree(task.workspace_dir, work, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        _copy_tree(task.workspace_dir, work)
         if task.git:
             _build_git_repo(task, work)
         data = tar_directory(work)
     if len(data) > MAX_WORKSPACE_TAR_BYTES:
         raise TaskError(f"{task.id}: workspace archive is {len(data)} bytes, over the 16 MiB cap")
     return data
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    """Copy a workspace-like tree without reading through a link: files are read with
+    ``tasks.safefiles``, in-tree links are recreated as links (bytecode is left out)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for entry in _workspace_entries(source):
+        if _ignored(Path(entry.name)):
+            continue
+        dest = target / entry.name
+        if entry.kind == "dir":
+            dest.mkdir(exist_ok=True)
+        elif entry.kind == "link":
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if dest.is_symlink() or dest.exists():
+                dest.unlink()
+            os.symlink(entry.target, dest)
+        else:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if dest.is_symlink():
+                dest.unlink()
+            dest.write_bytes(read_file(source, entry.name, MAX_WORKSPACE_TAR_BYTES))
 
 
 def _git(work: Path, *args: str) -> None:
@@ -291,13 +403,8 @@ def _build_git_repo(task: Task, work: Path) -> None:
     _git(work, "add", "-A")
     _git(work, "commit", "-q", "-m", spec.message)
     for branch, rel in spec.branches.items():
-        overlay = task.root / rel
         _git(work, "checkout", "-q", "-b", branch)
-        for path in sorted(overlay.rglob("*")):
-            if path.is_file() and not _ignored(path):
-                target = work / path.relative_to(overlay)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, target)
+        _copy_tree(task.root / rel, work)
         _git(work, "add", "-A")
         _git(work, "commit", "-q", "-m", f"Work in progress on {branch}")
         _git(work, "checkout", "-q", spec.branch)
@@ -315,24 +422,6 @@ def _forget_history_traces(git_dir: Path) -> None:
         (git_dir / name).unlink(missing_ok=True)
 
 
-def tar_directory(directory: Path) -> bytes:
-    """A reproducible tar of ``directory``'s contents (sorted, fixed owner uid 1000, fixed mtime)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for path in sorted(directory.rglob("*")):
-            rel = path.relative_to(directory).as_posix()
-            info = tar.gettarinfo(str(path), arcname=rel)
-            info.uid = info.gid = 1000
-            info.uname = info.gname = "agent"
-            info.mtime = 1704067200
-            if info.isfile():
-                with path.open("rb") as fh:
-                    tar.addfile(info, fh)
-            else:
-                tar.addfile(info)
-    return buf.getvalue()
-
-
 def _format_validation_error(file: Path, exc: ValidationError) -> str:
     problems = []
     for err in exc.errors():
@@ -347,9 +436,7 @@ def _load_task_dir(root: Path, suite: str) -> Task:
     if not _ID_RE.match(task_id):
         raise TaskError(f"{root}: task directory name must match {_ID_RE.pattern}")
     try:
-        raw = yaml.safe_load(file.read_text())
-    except OSError as exc:
-        raise TaskError(f"{file}: cannot read: {exc.strerror}") from exc
+        raw = yaml.safe_load(read_file(root, TASK_FILE, MAX_TASK_FILE_BYTES).decode("utf-8", "replace"))
     except yaml.YAMLError as exc:
         raise TaskError(f"{file}: not valid YAML: {exc}") from exc
     if not isinstance(raw, dict):
@@ -358,21 +445,45 @@ def _load_task_dir(root: Path, suite: str) -> Task:
         spec = TaskFile.model_validate(raw)
     except ValidationError as exc:
         raise TaskError(_format_validation_error(file, exc)) from None
+    spec = _restore_declared(spec, file)
     task = Task(**spec.model_dump(), id=f"{suite}/{task_id}", suite=suite, task_id=task_id, root=root)
-    if not task.workspace_dir.is_dir():
-        raise TaskError(f"{root}: missing workspace/ directory")
+    if not is_real_dir(root, "workspace"):
+        raise TaskError(f"{root}: missing workspace/ directory (a real directory, not a link)")
+    _workspace_entries(task.workspace_dir)  # links out of the tree, devices, FIFOs: refused now
+    hidden = task.hidden_files()  # links, devices, FIFOs, files over the limits: refused now
     if task.grading.mode == "pytest":
         _check_pytest_task(task)
-    elif not task.hidden_dir.is_dir() or not any(task.hidden_dir.rglob("test_*.py")):
+    elif not any(PurePosixPath(name).name.startswith("test_") and name.endswith(".py") for name in hidden):
         raise TaskError(f"{root}: hidden/ must hold at least one test_*.py file")
+    task.solution_files()
     if task.git:
         for branch, rel in task.git.branches.items():
-            if not (root / rel).is_dir():
-                raise TaskError(f"{file}: field 'git.branches.{branch}': no directory {rel!r}")
+            if clean_name(rel) != rel.strip("/") or not is_real_dir(root, rel.strip("/")):
+                raise TaskError(f"{file}: field 'git.branches.{branch}': no directory {rel!r} in the task")
+            _workspace_entries(root / rel.strip("/"))
     if task.grading.mode == "isolated":
         # Refusals now, not after an episode: the grader counts the hidden tests as pytest collects them.
         expected_test_ids(task.hidden_dir, task.workspace_dir)
     return task
+
+
+def _restore_declared(spec: TaskFile, file: Path) -> TaskFile:
+    """In ``isolated`` mode grading restores ``grading.restore`` (workspace paths, not globs), so a
+    declared ``integrity.restored`` path joins it: whatever the guard lets change as restored,
+    grading puts back. (In ``pytest`` mode grading restores ``protected_extra()``, which holds them.)"""
+    if spec.integrity is None or not spec.integrity.restored or spec.grading.mode != "isolated":
+        return spec
+    paths: list[str] = []
+    for glob in spec.integrity.restored:
+        path = glob.strip("/").removesuffix("/**")
+        if glob.startswith("/") or _GLOB_CHARS.search(path):
+            raise TaskError(
+                f"{file}: field 'integrity.restored': isolated grading restores workspace paths, not globs "
+                f"({glob!r}); name a file or a directory (dir/** is the directory)"
+            )
+        paths.append(path)
+    merged = list(dict.fromkeys([*spec.grading.restore, *paths]))
+    return spec.model_copy(update={"grading": spec.grading.model_copy(update={"restore": merged})})
 
 
 def _check_pytest_task(task: Task) -> None:
@@ -385,10 +496,10 @@ def _check_pytest_task(task: Task) -> None:
         file, sep, rest = nodeid.partition("::")
         if not sep or not rest or not file.endswith(".py") or clean_name(file) != file:
             raise TaskError(f"{where}: {nodeid!r} is not a pytest node id (path/to/test_x.py::name)")
-        if not ((task.workspace_dir / file).is_file() or (task.hidden_dir / file).is_file()):
+        if not (is_regular_file(task.workspace_dir, file) or is_regular_file(task.hidden_dir, file)):
             raise TaskError(f"{where}: node id {nodeid!r}: no test file {file!r} in workspace/ or hidden/")
     for rel in task.grading.pythonpath:
-        if not (task.workspace_dir / rel).is_dir():
+        if not is_real_dir(task.workspace_dir, rel.strip("/")):
             raise TaskError(f"{where}: grading.pythonpath {rel!r} is not a directory of workspace/")
     if task.grading.reward not in ("all_or_nothing", "fraction"):
         raise TaskError(f"{where}: unknown grading.reward {task.grading.reward!r}")
@@ -420,7 +531,9 @@ def load_suite(name_or_dir: str | Path) -> list[Task]:
     if not _ID_RE.match(suite):
         raise TaskError(f"{directory}: suite directory name must match {_ID_RE.pattern}")
     tasks = [
-        _load_task_dir(child, suite) for child in sorted(directory.iterdir()) if (child / TASK_FILE).is_file()
+        _load_task_dir(child, suite)
+        for child in sorted(directory.iterdir())
+        if os.path.lexists(child / TASK_FILE)
     ]
     if not tasks:
         raise TaskError(f"{directory}: no task directories (each needs a {TASK_FILE})")

@@ -23,18 +23,26 @@ validation as suite loading), so a bad row is refused at import with the row and
 from __future__ import annotations
 
 import json
+import os
 import re
+import resource
 import shutil
+import signal
+import stat
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
+from tasks.environments import package_under_test
 from tasks.errors import TaskError
 from tasks.gitenv import git_env
+from tasks.safefiles import MAX_FILE_BYTES, is_real_dir, is_regular_file, kind_of, lstat_in, read_file
+from tasks.testfiles import clean_name
 
 REQUIRED_FIELDS = (
     "instance_id",
@@ -46,6 +54,9 @@ REQUIRED_FIELDS = (
     "PASS_TO_PASS",
 )
 MAX_ROWS_BYTES = 512 * 1024 * 1024
+MAX_PATCH_TREE_BYTES = 64 * 1024 * 1024  # what one patch may leave in hidden/ or solution/
+MAX_BASE_ARCHIVE_BYTES = 256 * 1024 * 1024  # git archive of base_commit (the workspace cap is lower)
+GIT_TIMEOUT_S = 300.0
 GRADING_TIMEOUT_S = 600.0
 _REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 _COMMIT_RE = re.compile(r"^[0-9a-f]{7,40}$")
@@ -133,51 +144,133 @@ def read_rows(rows_path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _git(repo: Path, *args: str, stdin: str | None = None, cwd: Path | None = None) -> bytes:
+def _limit_file_size(max_bytes: int) -> Callable[[], None]:
+    """A ``preexec_fn``: no file the child writes may grow past ``max_bytes`` (SIGXFSZ kills it)."""
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_bytes, max_bytes))
+
+    return apply
+
+
+def _git(
+    repo: Path,
+    *args: str,
+    stdin: str | None = None,
+    cwd: Path | None = None,
+    stdout: IO[bytes] | None = None,
+    max_file_bytes: int = MAX_FILE_BYTES,
+) -> bytes:
     env = git_env(cwd or repo)
-    result = subprocess.run(
-        ["git", *args],
-        cwd=cwd or repo,
-        env=env,
-        input=stdin.encode() if stdin is not None else None,
-        capture_output=True,
-        timeout=300,
-    )
-    if result.returncode != 0:
-        raise TaskError(
-            f"git {' '.join(args[:3])} failed in {cwd or repo}: {result.stderr.decode()[-500:].strip()}"
+    try:
+        result = subprocess.run(
+            ["git", *args],
+            cwd=cwd or repo,
+            env=env,
+            input=stdin.encode() if stdin is not None else None,
+            stdout=stdout if stdout is not None else subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            timeout=GIT_TIMEOUT_S,
+            preexec_fn=_limit_file_size(max_file_bytes),
         )
-    return result.stdout
+    except subprocess.TimeoutExpired:
+        raise TaskError(f"git {' '.join(args[:3])} took over {GIT_TIMEOUT_S:g} s in {cwd or repo}") from None
+    if result.returncode == -signal.SIGXFSZ:
+        raise TaskError(f"git {' '.join(args[:3])} wrote a file over the {max_file_bytes}-byte limit")
+    if result.returncode != 0:
+        error = result.stderr.decode(errors="replace")[-500:].strip().replace("\n", " | ")
+        raise TaskError(f"git {' '.join(args[:3])} failed in {cwd or repo}: {error}")
+    return result.stdout or b""
+
+
+_BINARY_SIZE = re.compile(r"^(?:literal|delta) (\d+)$", re.MULTILINE)
+
+
+def _check_patch_sizes(patch: str, what: str, where: str) -> None:
+    """Refuse a binary hunk that would inflate past the file limit (a few KB of deflated zeros can
+    stand for gigabytes) before ``git apply`` writes anything."""
+    for match in _BINARY_SIZE.finditer(patch):
+        if int(match.group(1)) > MAX_FILE_BYTES:
+            raise TaskError(
+                f"{where}: the {what} has a binary file of {match.group(1)} bytes, "
+                f"over the {MAX_FILE_BYTES}-byte limit"
+            )
+
+
+def _changed_names(numstat: bytes) -> list[str]:
+    """The paths a patch leaves, from ``git apply --numstat -z`` (a rename names its new path)."""
+    fields = numstat.decode("utf-8", "surrogateescape").split("\0")
+    names: list[str] = []
+    i = 0
+    while i < len(fields):
+        field = fields[i]
+        if "\t" in field:
+            name = field.split("\t", 2)[-1]
+            if name:
+                names.append(name)
+            elif i + 2 < len(fields):  # rename or copy: "added\tdeleted\t\0old\0new"
+                names.append(fields[i + 2])
+                i += 2
+        i += 1
+    return names
 
 
 def _apply(tree: Path, patch: str, what: str, where: str) -> list[str]:
-    """Apply ``patch`` to a copy-tree with ``git apply``; the files it leaves changed (no deletions)."""
+    """Apply ``patch`` to a copy-tree with ``git apply``; the files it leaves changed.
+
+    Every one must be a regular file inside the tree: a link (``tests/x -> /etc/passwd``), a path
+    through a link, a device or a FIFO is refused, as are deletions; nothing is read here.
+    """
     if not patch.strip():
         return []
+    _check_patch_sizes(patch, what, where)
     try:
         _git(tree, "apply", "--whitespace=nowarn", "-", stdin=patch, cwd=tree)
         listing = _git(tree, "apply", "--numstat", "-z", "-", stdin=patch, cwd=tree)
     except TaskError as exc:
         raise TaskError(f"{where}: the {what} does not apply to base_commit: {exc}") from None
-    names = [field.split("\t")[-1] for field in listing.decode().split("\0") if "\t" in field]
-    deleted = [name for name in names if not (tree / name).exists()]
-    if deleted:
-        raise TaskError(f"{where}: the {what} deletes files {deleted[:5]}; deletions are not supported")
+    names = _changed_names(listing)
+    for name in names:
+        if clean_name(name) != name:
+            raise TaskError(f"{where}: the {what} names {name!r}, a path outside the tree")
+        st = lstat_in(tree, name)
+        if st is None:
+            if os.path.lexists(tree / name):
+                raise TaskError(f"{where}: the {what} puts {name!r} behind a symbolic link; not imported")
+            raise TaskError(f"{where}: the {what} deletes {name!r}; deletions are not supported")
+        if not stat.S_ISREG(st.st_mode):
+            link = f" to {os.readlink(tree / name)!r}" if stat.S_ISLNK(st.st_mode) else ""
+            raise TaskError(
+                f"{where}: the {what} makes {name!r} {kind_of(st.st_mode)}{link}; "
+                "only regular files are imported"
+            )
     return names
 
 
-def _copy_files(src: Path, names: list[str], dst: Path) -> None:
+def _copy_files(src: Path, names: list[str], dst: Path, what: str, where: str) -> None:
+    """Copy the named regular files (checked again as they are read: no link is followed)."""
+    total = 0
     for name in names:
+        try:
+            data = read_file(src, name, MAX_FILE_BYTES)
+        except TaskError as exc:
+            raise TaskError(f"{where}: the {what}: {exc}") from None
+        total += len(data)
+        if total > MAX_PATCH_TREE_BYTES:
+            raise TaskError(f"{where}: the {what} leaves over {MAX_PATCH_TREE_BYTES} bytes of files")
         target = dst / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src / name, target)
+        target.write_bytes(data)
 
 
 def _pythonpath(workspace: Path) -> list[str]:
     """``["src"]`` for a src layout (a package under src/ and none at the top), else nothing."""
-    src = workspace / "src"
-    if src.is_dir() and any((p / "__init__.py").is_file() for p in src.iterdir() if p.is_dir()):
-        return ["src"]
+    if not is_real_dir(workspace, "src"):
+        return []
+    for entry in os.scandir(workspace / "src"):
+        package = entry.is_dir(follow_symlinks=False)
+        if package and is_regular_file(workspace, f"src/{entry.name}/__init__.py"):
+            return ["src"]
     return []
 
 
@@ -192,7 +285,12 @@ def _write_task(row: dict[str, Any], repos_dir: Path, task_dir: Path) -> None:
         raise TaskError(f"{where}: base_commit {row['base_commit']} is not in {clone}") from None
     with tempfile.TemporaryDirectory(prefix="rlguard-swebench-") as tmp:
         archive = Path(tmp) / "base.tar"
-        archive.write_bytes(_git(clone, "archive", "--format=tar", row["base_commit"]))
+        with archive.open("wb") as out:
+            try:
+                _git(clone, "archive", "--format=tar", row["base_commit"], stdout=out,
+                     max_file_bytes=MAX_BASE_ARCHIVE_BYTES)  # fmt: skip
+            except TaskError as exc:
+                raise TaskError(f"{where}: the tree at base_commit: {exc}") from None
         base = Path(tmp) / "base"
         base.mkdir()
         with tarfile.open(archive) as tar:
@@ -210,9 +308,9 @@ def _write_task(row: dict[str, Any], repos_dir: Path, task_dir: Path) -> None:
         task_dir.mkdir(parents=True)
         shutil.copytree(base, task_dir / "workspace", symlinks=True)
         (task_dir / "hidden").mkdir()
-        _copy_files(tests_tree, test_names, task_dir / "hidden")
+        _copy_files(tests_tree, test_names, task_dir / "hidden", "test_patch", where)
         (task_dir / "solution").mkdir()
-        _copy_files(gold_tree, gold_names, task_dir / "solution")
+        _copy_files(gold_tree, gold_names, task_dir / "solution", "gold patch", where)
     statement = str(row.get("problem_statement") or "").strip() or f"Fix the failing tests of {row['repo']}."
     spec: dict[str, Any] = {
         "instructions": f"{statement}\n\nThe repository is in /workspace. Fix the issue in its code.\n",
@@ -229,7 +327,10 @@ def _write_task(row: dict[str, Any], repos_dir: Path, task_dir: Path) -> None:
         },
     }
     if row.get("environment") is not None:
-        spec["environment"] = row["environment"]
+        environment = dict(row["environment"])
+        if "exclude" not in environment:  # the image must not hold the package under test
+            environment["exclude"] = package_under_test(task_dir / "workspace")
+        spec["environment"] = environment
     (task_dir / "task.yaml").write_text(yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=100))
     source = {
         key: row.get(key)
@@ -245,9 +346,16 @@ def import_swebench(rows_path: str | Path, repos_dir: str | Path, out_dir: str |
     whose repository, commit or patches fail stops the import with the row named (tasks imported
     before it stay).
     """
+    try:
+        return _import_rows(Path(rows_path), Path(repos_dir), Path(out_dir))
+    except OSError as exc:  # a file system refusal is one line, never a traceback
+        raise TaskError(f"cannot import into {out_dir}: {exc.strerror or exc}") from None
+
+
+def _import_rows(rows_path: Path, repos_dir: Path, out_dir: Path) -> list[str]:
     from tasks.spec import _load_task_dir
 
-    rows = read_rows(Path(rows_path))
+    rows = read_rows(rows_path)
     repos, out = Path(repos_dir), Path(out_dir)
     if not repos.is_dir():
         raise TaskError(f"--repos {repos}: not a directory")
@@ -260,11 +368,15 @@ def import_swebench(rows_path: str | Path, repos_dir: str | Path, out_dir: str |
         task_id = task_id_for(row["instance_id"])
         with tempfile.TemporaryDirectory(prefix=".import-", dir=out) as staging:
             staged = Path(staging) / task_id
-            _write_task(row, repos, staged)
             try:
+                _write_task(row, repos, staged)
                 _load_task_dir(staged, suite).workspace_tar()  # the suite loader's checks, now
             except TaskError as exc:
-                raise TaskError(f"{row['_where']}: {exc}") from None
+                message = str(exc)
+                where = row["_where"]
+                raise TaskError(message if message.startswith(where) else f"{where}: {message}") from None
+            except OSError as exc:  # one line, never a traceback
+                raise TaskError(f"{row['_where']}: cannot write the task: {exc.strerror or exc}") from None
             final = out / task_id
             if final.exists():
                 shutil.rmtree(final)

@@ -13,13 +13,22 @@ code under test:
   (``*.dist-info``, ``*.egg-info``: entry points that declare pytest plugins).
 
 *Dropped* paths (bytecode, pytest's cache) never reach a grading container at all.
+
+The same set, as globs, is what the guard treats as *restored* for such tasks (``restored_globs``;
+``Task.integrity_surface``): one function decides both what grading puts back and which changes
+the guard lets run, flagged, instead of decoying them. ``is_protected`` is that glob set matched
+with the guard's own matcher (``guard.paths.ProtectedPaths``), so the two cannot disagree.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import functools
+import re
 from collections.abc import Iterable
 from pathlib import PurePosixPath
+
+from guard.paths import ProtectedPaths
 
 TEST_DIRS = frozenset({"tests", "test", "testing"})
 TEST_FILE_GLOBS = ("test_*.py", "*_test.py")
@@ -39,6 +48,16 @@ INFRA_NAMES = frozenset(
 )
 METADATA_SUFFIXES = (".dist-info", ".egg-info")
 DROPPED_DIRS = frozenset({"__pycache__", ".pytest_cache"})
+# every path above as a glob (``**/`` at any depth; a directory glob covers what lies below it)
+RESTORED_GLOBS: tuple[str, ...] = (
+    *(f"**/{d}/**" for d in sorted(TEST_DIRS)),
+    *(f"**/{g}" for g in TEST_FILE_GLOBS),
+    *(f"**/{name}" for name in sorted(INFRA_NAMES)),
+    "**/*.pth",
+    *(f"**/*{suffix}/**" for suffix in METADATA_SUFFIXES),
+)
+_WORKSPACE = "/workspace"
+_GLOB = re.compile(r"[*?]")
 
 
 def clean_name(name: str) -> str | None:
@@ -56,16 +75,39 @@ def is_dropped(name: str) -> bool:
     return any(part in DROPPED_DIRS for part in parts) or name.endswith((".pyc", ".pyo"))
 
 
-def is_protected(name: str, extra: Iterable[str] = ()) -> bool:
-    """Whether pytest or Python would load ``name`` as test code, test config or a start-up hook."""
+def _literal(path: str) -> str:
+    """A workspace path as a glob that matches exactly it (``[``, ``*``, ``?`` bracketed)."""
+    return re.sub(r"([\[*?])", r"[\1]", path.strip("/"))
+
+
+def restored_globs(extra: Iterable[str] = ()) -> tuple[str, ...]:
+    """The globs of everything ``is_protected`` matches: ``RESTORED_GLOBS`` plus a task's extras
+    (workspace paths, literal, or globs when they hold ``*`` or ``?``)."""
+    return (*RESTORED_GLOBS, *(p if _GLOB.search(p) else _literal(p) for p in extra if p.strip("/")))
+
+
+@functools.lru_cache(maxsize=256)
+def _matcher(extra: tuple[str, ...]) -> ProtectedPaths:
+    return ProtectedPaths(restored_globs(extra))
+
+
+def is_test_side(name: str, extra: Iterable[str] = ()) -> bool:
+    """Tests proper, not configuration: under a test directory, a test module, a ``conftest.py``, or
+    one of the task's own test paths (``extra``)."""
     parts = name.split("/")
     if parts[0] == ".git":
         return False
     base = parts[-1]
-    if any(part in TEST_DIRS for part in parts) or base in INFRA_NAMES or base.endswith(".pth"):
+    if any(part in TEST_DIRS for part in parts) or base == "conftest.py":
         return True
     if any(fnmatch.fnmatchcase(base, pattern) for pattern in TEST_FILE_GLOBS):
         return True
-    if any(part.endswith(METADATA_SUFFIXES) for part in parts):
-        return True
     return any(name == p or name.startswith(p + "/") for p in extra)
+
+
+def is_protected(name: str, extra: Iterable[str] = ()) -> bool:
+    """Whether pytest or Python would load ``name`` as test code, test config or a start-up hook
+    (or a task's extra names it): the glob set ``restored_globs(extra)``, matched as the guard matches it."""
+    if name.split("/")[0] == ".git":
+        return False
+    return _matcher(tuple(extra)).match(f"{_WORKSPACE}/{name}") is not None

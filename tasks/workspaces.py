@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tasks.archive import tar_directory
 from tasks.errors import TaskError
 
 if TYPE_CHECKING:
@@ -47,10 +48,10 @@ def solution_workspace(task: Task) -> bytes:
 
 def patched_workspace(task: Task, patch_text: str) -> bytes:
     """The initial workspace with ``patch_text`` applied by ``git apply`` (a clear error if it fails)."""
-    from tasks.spec import tar_directory
-
     if len(patch_text.encode()) > MAX_PATCH_BYTES:
         raise TaskError(f"patch is over {MAX_PATCH_BYTES} bytes")
+    if not patch_text.strip():
+        return task.workspace_tar()  # an empty diff changes nothing (``git apply`` would refuse it)
     with tempfile.TemporaryDirectory(prefix="rlguard-patch-") as tmp:
         work = Path(tmp) / "workspace"
         work.mkdir()
@@ -63,7 +64,7 @@ def patched_workspace(task: Task, patch_text: str) -> bytes:
             "GIT_CONFIG_GLOBAL": os.devnull,
         }
         result = subprocess.run(
-            ["git", "apply", "--whitespace=nowarn", "-"],
+            ["git", "apply", "--allow-empty", "--whitespace=nowarn", "-"],
             cwd=work,
             input=patch_text.encode(),
             env=env,
@@ -78,8 +79,6 @@ def patched_workspace(task: Task, patch_text: str) -> bytes:
 
 def directory_workspace(directory: Path) -> bytes:
     """A directory on the host as the final workspace."""
-    from tasks.spec import tar_directory
-
     if not directory.is_dir():
         raise TaskError(f"--workspace {directory}: not a directory")
     return tar_directory(directory)

@@ -17,6 +17,37 @@ settings.register_profile(
 settings.load_profile("rlguard")
 
 REPO = Path(__file__).resolve().parent.parent
+RUNTIMES_ENV = "RLGUARD_TEST_RUNTIMES"
+
+
+def test_runtimes() -> list[str]:
+    """The OCI runtimes the sandbox and red-team tests run under: ``RLGUARD_TEST_RUNTIMES``
+    (comma-separated), by default both runc and gVisor's runsc (``scripts/test.sh`` registers it)."""
+    return [r.strip() for r in os.environ.get(RUNTIMES_ENV, "runc,runsc").split(",") if r.strip()]
+
+
+test_runtimes.__test__ = False  # a helper, not a test
+
+
+@pytest.fixture(scope="session", params=test_runtimes())
+def sandbox_runtime(request: pytest.FixtureRequest) -> str:
+    """Each runtime in turn (the tests that take it run once per runtime). One the engine does not
+    know is a failure that says how to register it, never a skip."""
+    runtime = request.param
+    if runtime != "runc":
+        import docker
+
+        client = docker.from_env()
+        try:
+            known = set((client.info().get("Runtimes") or {}).keys())
+        finally:
+            client.close()
+        if runtime not in known:
+            pytest.fail(
+                f"the Docker engine has no {runtime!r} runtime: run scripts/ensure_runsc.sh "
+                f"(or set {RUNTIMES_ENV}=runc)"
+            )
+    return runtime
 
 
 @pytest.fixture(scope="session")
@@ -60,3 +91,11 @@ def db_url(request) -> str:
     if request.param == "sqlite":
         return request.getfixturevalue("sqlite_url")
     return request.getfixturevalue("pg_database")
+
+
+@pytest.fixture(scope="session")
+def second_engine():
+    """A second Docker engine beside the main one (``scripts/ensure_second_engine.sh`` starts it)."""
+    from tests.support.engines import ensure_second_engine
+
+    return ensure_second_engine()

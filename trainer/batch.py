@@ -17,6 +17,8 @@ class Sample:
     weights changed while the episode was in flight: a partial rollout) gives the version of every
     token instead (read on action tokens only). ``reward`` is the episode's and is read only on its
     last sub-trajectory; ``task_group`` names the task's group (routing of distillation teachers).
+    ``truncated`` says a limit ended the episode (``end_reason`` one of ``trainer.data``'s
+    ``LIMIT_END_REASONS``); ``end_reason`` is the rollout's own word for how it ended, when known.
     """
 
     input_ids: Sequence[int]
@@ -32,6 +34,7 @@ class Sample:
     record_id: int | None = field(default=None, compare=False)
     token_versions: Sequence[int] | None = None
     task_group: str = ""
+    end_reason: str | None = None
 
     def __post_init__(self) -> None:
         n = len(self.input_ids)
@@ -93,6 +96,7 @@ class TokenBatch:
     rollout_logprobs: torch.Tensor
     rows: torch.Tensor
     stale: torch.Tensor  # [n, width] bool: action tokens produced by an older policy version
+    expired: torch.Tensor  # [n, width] bool: action tokens older than max_staleness (masked from the loss)
 
     @property
     def num_action_tokens(self) -> int:
@@ -109,13 +113,21 @@ class TokenBatch:
                     self.rollout_logprobs,
                     self.rows,
                     self.stale,
+                    self.expired,
                 )
             )
         )
 
 
-def collate(samples: Sequence[Sample], rows: Sequence[int], pad_id: int, current_version: int) -> TokenBatch:
-    """Pad ``samples[rows]`` to the longest of them; ``stale`` marks tokens from an older policy."""
+def collate(
+    samples: Sequence[Sample],
+    rows: Sequence[int],
+    pad_id: int,
+    current_version: int,
+    max_staleness: int | None = None,
+) -> TokenBatch:
+    """Pad ``samples[rows]`` to the longest of them; ``stale`` marks action tokens from an older
+    policy, ``expired`` those more than ``max_staleness`` versions older (none when it is None)."""
     chosen = [samples[i] for i in rows]
     width = max(len(s.input_ids) for s in chosen)
     n = len(chosen)
@@ -123,14 +135,36 @@ def collate(samples: Sequence[Sample], rows: Sequence[int], pad_id: int, current
     attention = torch.zeros((n, width), dtype=torch.long)
     action = torch.zeros((n, width), dtype=torch.float32)
     logprobs = torch.zeros((n, width), dtype=torch.float32)
+    versions = torch.full((n, width), current_version, dtype=torch.long)
     for r, s in enumerate(chosen):
         length = len(s.input_ids)
         input_ids[r, :length] = torch.as_tensor(s.input_ids, dtype=torch.long)
         attention[r, :length] = 1
         action[r, :length] = torch.as_tensor(s.action_mask, dtype=torch.float32)
         logprobs[r, :length] = torch.as_tensor(s.logprobs, dtype=torch.float32)
-    stale = torch.zeros((n, width), dtype=torch.bool)
-    for r, s in enumerate(chosen):
-        stale[r, : len(s.input_ids)] = torch.as_tensor(s.versions()) < current_version
-    stale &= action.bool()
-    return TokenBatch(input_ids, attention, action, logprobs * action, torch.as_tensor(list(rows)), stale)
+        versions[r, :length] = torch.as_tensor(s.versions(), dtype=torch.long)
+    is_action = action.bool()
+    stale = (versions < current_version) & is_action
+    expired = torch.zeros_like(stale)
+    if max_staleness is not None:
+        expired = (versions < current_version - max_staleness) & is_action
+    return TokenBatch(
+        input_ids, attention, action, logprobs * action, torch.as_tensor(list(rows)), stale, expired
+    )
+
+
+def padding_batch(pad_id: int) -> TokenBatch:
+    """A 1 x 2 micro-batch with no action token: it runs the forward/backward collectives of a real
+    one (DDP, FSDP2) and adds no gradient, for ranks with fewer micro-batches than the others (or
+    none at all). ``rows`` points at row 0 of the step's tensors, which it only reads under a zero mask."""
+    zeros = torch.zeros((1, 2), dtype=torch.float32)
+    no = torch.zeros((1, 2), dtype=torch.bool)
+    return TokenBatch(
+        torch.full((1, 2), pad_id, dtype=torch.long),
+        torch.ones((1, 2), dtype=torch.long),
+        zeros,
+        zeros.clone(),
+        torch.zeros(1, dtype=torch.long),
+        no,
+        no.clone(),
+    )

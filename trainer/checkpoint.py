@@ -6,6 +6,12 @@ Layout of one checkpoint directory::
     critic/              HF backbone + value_head.safetensors (absent for critic-free algorithms)
     trainer_state.pt     step, policy version, both optimisers, every rank's RNG state
 
+``trainer_state.pt`` holds only tensors and plain data (numbers, strings, lists, dicts; the settings
+as JSON; the RNG states as tensors) and is read with ``torch.load(weights_only=True)``: a checkpoint
+folder someone else could write into never gets to run code through a pickle when a run resumes.
+Checkpoints of earlier releases (NumPy's RNG state as an array) load too, with NumPy's array
+reconstruction allowed and nothing else.
+
 A checkpoint is written to a hidden temporary directory and renamed into place, so a crash never
 leaves a half-written one under its final name. Full (unsharded) state dicts are gathered with
 ``torch.distributed.checkpoint.state_dict``, which works the same for a plain module, DDP and FSDP2.
@@ -13,11 +19,13 @@ leaves a half-written one under its final name. Full (unsharded) state dicts are
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import (
@@ -27,6 +35,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from trainer.errors import TrainerError
 from trainer.models import Critic
 from trainer.ppo import PPOTrainer
 from trainer.runtime import Runtime, rng_state, set_rng_state, unwrap
@@ -82,8 +91,8 @@ def save_checkpoint(trainer: PPOTrainer, directory: Path, tokenizer_source: Path
             "policy_version": trainer.policy_version,
             "actor_optimizer": actor_optim,
             "critic_optimizer": critic_optim,
-            "rng": rng_states,
-            "settings": trainer.settings.model_dump(),
+            "rng": [plain_rng_state(state) for state in rng_states],
+            "settings": trainer.settings.model_dump(mode="json"),
         }
         torch.save(state, tmp / STATE_FILE)
         if directory.exists():
@@ -101,7 +110,7 @@ def load_checkpoint(
 ) -> PPOTrainer:
     """A trainer exactly as it was when ``directory`` was saved (weights, optimisers, RNG, counters)."""
     directory = Path(directory)
-    state = torch.load(directory / STATE_FILE, map_location="cpu", weights_only=False)
+    state = read_trainer_state(directory / STATE_FILE)
     critic_dir = directory / "critic"
     trainer = PPOTrainer.from_pretrained(
         directory / "actor",
@@ -118,8 +127,86 @@ def load_checkpoint(
     trainer.step = int(state["step"])
     trainer.policy_version = int(state["policy_version"])
     rngs = state["rng"]
-    set_rng_state(rngs[runtime.rank] if runtime.rank < len(rngs) else rngs[0])
+    set_rng_state(rng_state_from_plain(rngs[runtime.rank] if runtime.rank < len(rngs) else rngs[0]))
     return trainer
+
+
+def read_trainer_state(path: Path) -> dict[str, Any]:
+    """``trainer_state.pt`` through ``weights_only`` unpickling: tensors and plain data only.
+
+    A refusal (a planted pickle, a foreign file) is a TrainerError naming the file, and nothing in
+    it has run."""
+    try:
+        with torch.serialization.safe_globals(_LEGACY_NUMPY_GLOBALS):
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise TrainerError(f"cannot resume: {path} is missing") from None
+    except Exception as exc:  # UnpicklingError, RuntimeError: not a checkpoint rlguard wrote
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise TrainerError(f"cannot resume from {path}: not a plain-data trainer state ({first})") from None
+    if not isinstance(state, dict) or not {"step", "policy_version", "rng", "actor_optimizer"} <= set(state):
+        raise TrainerError(f"cannot resume from {path}: not a trainer state")
+    return state
+
+
+def plain_rng_state(state: dict[str, Any]) -> dict[str, Any]:
+    """An RNG state (``trainer.runtime.rng_state``) as tensors and numbers only."""
+    if "python_state" in state:
+        return state  # already plain
+    version, internal, gauss = state["python"]
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    plain: dict[str, Any] = {
+        "python_version": int(version),
+        "python_state": torch.tensor(list(internal), dtype=torch.int64),
+        "python_gauss": None if gauss is None else float(gauss),
+        "numpy_name": str(name),
+        "numpy_keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+        "numpy_pos": int(pos),
+        "numpy_has_gauss": int(has_gauss),
+        "numpy_gauss": float(cached),
+        "torch": state["torch"],
+    }
+    if "cuda" in state:
+        plain["cuda"] = list(state["cuda"])
+    return plain
+
+
+def rng_state_from_plain(plain: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of :func:`plain_rng_state` (an older checkpoint's state passes through)."""
+    if "python_state" not in plain:
+        return plain
+    state: dict[str, Any] = {
+        "python": (
+            plain["python_version"],
+            tuple(int(x) for x in plain["python_state"].tolist()),
+            plain["python_gauss"],
+        ),
+        "numpy": (
+            plain["numpy_name"],
+            plain["numpy_keys"].numpy().astype(np.uint32),
+            plain["numpy_pos"],
+            plain["numpy_has_gauss"],
+            plain["numpy_gauss"],
+        ),
+        "torch": plain["torch"],
+    }
+    if "cuda" in plain:
+        state["cuda"] = plain["cuda"]
+    return state
+
+
+def _legacy_numpy_globals() -> list[Any]:
+    """What unpickling NumPy's RNG array from an earlier release's checkpoint needs, and no more."""
+    allowed: list[Any] = [np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+    for module in ("numpy.core.multiarray", "numpy._core.multiarray"):
+        try:
+            allowed.append(importlib.import_module(module)._reconstruct)
+        except (ImportError, AttributeError):
+            continue
+    return allowed
+
+
+_LEGACY_NUMPY_GLOBALS = _legacy_numpy_globals()
 
 
 def _gather_rng(runtime: Runtime) -> list[dict[str, Any]]:

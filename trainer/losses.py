@@ -2,13 +2,25 @@
 
 Each loss returns the scalar to back-propagate and, where it has any, the diagnostics a run logs
 (clip fractions, approximate KL). ``mask`` is the action mask: only tokens the policy produced
-contribute. Aggregation follows verl's ``agg_loss`` names:
+contribute. Aggregation follows verl's ``agg_loss`` names (a *sequence* is a row: one sub-trajectory):
 
 * ``token-mean``: every action token in the batch weighs the same (long answers weigh more);
-* ``seq-mean-token-sum``: sum over a row's action tokens, mean over rows with any action token.
+* ``seq-mean-token-sum``: sum over a row's action tokens, mean over rows with any action token;
+* ``seq-mean-token-mean``: mean over a row's action tokens, mean over rows (every row weighs the
+  same, whatever its length);
+* ``seq-mean-token-sum-norm``: sum over a row's tokens divided by a *constant* ``loss_scale_factor``
+  (Dr.GRPO's generation budget), mean over rows: no length normalisation that would favour long
+  wrong answers, and a gradient scale that does not move with the batch's lengths.
 
-Both accept a ``normaliser`` (the global token or row count) so micro-batches and data-parallel ranks
+All accept a ``normaliser`` (the global token or row count) so micro-batches and data-parallel ranks
 can each contribute their share of one global mean by gradient accumulation.
+
+The train-inference gap (:func:`mismatch_metrics`, :func:`rollout_correction`): the engine that
+sampled (vLLM, SGLang, bf16 kernels) and the trainer do not give a token the same probability. The
+trainer therefore anchors PPO's ratio to its own (proximal) logprob of every token and measures the
+gap to the engine's logprobs every step; optional importance weights and rejection correct for it,
+as verl's ``rollout_corr`` does (token- or sequence-level truncated IS; token-, sequence- or
+geometric-level rejection).
 """
 
 from dataclasses import dataclass
@@ -18,29 +30,46 @@ import torch
 
 from trainer.masked import masked_mean
 
-AggMode = Literal["token-mean", "seq-mean-token-sum"]
+AggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+AGG_MODES: tuple[str, ...] = AggMode.__args__  # type: ignore[attr-defined]
 KLKind = Literal["k1", "k3"]
 LOG_RATIO_CLAMP = 20.0
 
 
 def agg_loss(
-    loss_mat: torch.Tensor, mask: torch.Tensor, mode: AggMode = "token-mean", normaliser: float | None = None
+    loss_mat: torch.Tensor,
+    mask: torch.Tensor,
+    mode: AggMode = "token-mean",
+    normaliser: float | None = None,
+    loss_scale_factor: float | None = None,
 ) -> torch.Tensor:
-    """Aggregate per-token losses to a scalar; ``normaliser`` overrides the local token/row count."""
+    """Aggregate per-token losses to a scalar; ``normaliser`` overrides the local token/row count.
+
+    ``loss_scale_factor`` is ``seq-mean-token-sum-norm``'s constant divisor (default: the padded
+    width ``mask.shape[-1]``, verl's default; pass a constant, e.g. the generation budget, so the
+    divisor does not change from batch to batch).
+    """
     mask = mask.to(loss_mat.dtype)
+    if mode not in AGG_MODES:
+        raise ValueError(f"unknown loss aggregation {mode!r}; use one of {', '.join(AGG_MODES)}")
     if mode == "token-mean":
         total = (loss_mat * mask).sum()
         count = mask.sum() if normaliser is None else torch.tensor(float(normaliser))
-    elif mode == "seq-mean-token-sum":
-        total = (loss_mat * mask).sum()
-        count = (mask.sum(dim=1) > 0).sum() if normaliser is None else torch.tensor(float(normaliser))
-    else:
-        raise ValueError(f"unknown loss aggregation {mode!r}; use token-mean or seq-mean-token-sum")
-    return total / count.to(total.device, total.dtype).clamp(min=1)
+        return total / count.to(total.device, total.dtype).clamp(min=1)
+    per_row = (loss_mat * mask).sum(dim=1)
+    if mode == "seq-mean-token-mean":
+        per_row = per_row / mask.sum(dim=1).clamp(min=1)
+    elif mode == "seq-mean-token-sum-norm":
+        per_row = per_row / float(loss_scale_factor if loss_scale_factor is not None else mask.shape[-1])
+    count = (mask.sum(dim=1) > 0).sum() if normaliser is None else torch.tensor(float(normaliser))
+    return per_row.sum() / count.to(per_row.device, per_row.dtype).clamp(min=1)
 
 
 def agg_normaliser(mask: torch.Tensor, mode: AggMode) -> float:
-    """The count :func:`agg_loss` divides by for ``mode`` (sum it over micro-batches and ranks)."""
+    """The count :func:`agg_loss` divides by for ``mode`` (sum it over micro-batches and ranks):
+    action tokens for ``token-mean``, rows with any action token for the ``seq-mean-*`` modes."""
+    if mode not in AGG_MODES:
+        raise ValueError(f"unknown loss aggregation {mode!r}; use one of {', '.join(AGG_MODES)}")
     if mode == "token-mean":
         return float(mask.sum())
     return float((mask.sum(dim=1) > 0).sum())
@@ -65,6 +94,7 @@ def compute_policy_loss(
     agg_mode: AggMode = "token-mean",
     is_weights: torch.Tensor | None = None,
     normaliser: float | None = None,
+    loss_scale_factor: float | None = None,
 ) -> PolicyLossOutput:
     """Clipped-ratio PPO loss with asymmetric clip and dual clip.
 
@@ -94,7 +124,7 @@ def compute_policy_loss(
         clip_fraction_lower = torch.zeros((), dtype=mask.dtype, device=mask.device)
     if is_weights is not None:
         surrogate = surrogate * is_weights.detach()
-    loss = agg_loss(surrogate, mask, agg_mode, normaliser)
+    loss = agg_loss(surrogate, mask, agg_mode, normaliser, loss_scale_factor)
     return PolicyLossOutput(loss, clip_fraction, clip_fraction_lower, approx_kl)
 
 
@@ -112,6 +142,7 @@ def compute_value_loss(
     clip_range: float | None = 0.2,
     agg_mode: AggMode = "token-mean",
     normaliser: float | None = None,
+    loss_scale_factor: float | None = None,
 ) -> ValueLossOutput:
     """``0.5 · max((V - R)², (clip(V, V_old ± c) - R)²)``: the critic moves at most ``c`` per update."""
     mask = mask.to(values.dtype)
@@ -124,7 +155,9 @@ def compute_value_loss(
         clipped = (clipped_values - returns) ** 2
         per_token = torch.maximum(unclipped, clipped)
         clip_fraction = masked_mean((clipped > unclipped).to(values.dtype), mask).detach()
-    return ValueLossOutput(0.5 * agg_loss(per_token, mask, agg_mode, normaliser), clip_fraction)
+    return ValueLossOutput(
+        0.5 * agg_loss(per_token, mask, agg_mode, normaliser, loss_scale_factor), clip_fraction
+    )
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: KLKind = "k3") -> torch.Tensor:
@@ -156,9 +189,10 @@ def compute_kl_loss(
     kind: KLKind = "k3",
     agg_mode: AggMode = "token-mean",
     normaliser: float | None = None,
+    loss_scale_factor: float | None = None,
 ) -> torch.Tensor:
     """KL as a loss term (GRPO-style): aggregated :func:`kl_penalty`, differentiable in ``logprobs``."""
-    return agg_loss(kl_penalty(logprobs, ref_logprobs, kind), mask, agg_mode, normaliser)
+    return agg_loss(kl_penalty(logprobs, ref_logprobs, kind), mask, agg_mode, normaliser, loss_scale_factor)
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -172,9 +206,10 @@ def compute_entropy_bonus(
     mask: torch.Tensor,
     agg_mode: AggMode = "token-mean",
     normaliser: float | None = None,
+    loss_scale_factor: float | None = None,
 ) -> torch.Tensor:
     """Mean entropy over action tokens (subtract ``coef ·`` this from the loss to encourage exploration)."""
-    return agg_loss(entropy_from_logits(logits), mask, agg_mode, normaliser)
+    return agg_loss(entropy_from_logits(logits), mask, agg_mode, normaliser, loss_scale_factor)
 
 
 def truncated_importance_weights(

@@ -37,11 +37,3 @@ class MetricsLog:
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
-
-
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """Every logged step of a run, in order."""
-    path = Path(run_dir) / METRICS_FILE
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -9,6 +9,7 @@ episodes.
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 
 import torch
@@ -20,8 +21,31 @@ VALUE_HEAD_FILE = "value_head.safetensors"
 
 
 def load_actor(path: str | Path, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
-    """Any HF causal LM from a local directory (never the hub)."""
-    return AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, local_files_only=True)
+    """Any HF causal LM from a local directory (never the hub), its LM head kept in fp32."""
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, local_files_only=True)
+    return fp32_lm_head(model)
+
+
+def _fp32_linear_forward(self: nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
+    with torch.autocast(device_type=hidden.device.type, enabled=False):
+        weight = self.weight.float()
+        bias = None if self.bias is None else self.bias.float()
+        return torch.nn.functional.linear(hidden.float(), weight, bias)
+
+
+def fp32_lm_head(model: PreTrainedModel) -> PreTrainedModel:
+    """Compute the LM head (hidden -> vocabulary logits) in fp32 even under bf16 autocast.
+
+    Why: a logprob is a difference of two large logits (the token's and the log-sum-exp over the
+    vocabulary); in bf16 (8 bits of mantissa) that difference is off by up to ~0.1 nat for a 150k
+    vocabulary, which goes straight into PPO's ratio and into the train-inference gap. The rest of
+    the model keeps autocast. The head's ``forward`` is replaced on this instance only: parameter
+    names, saving in HF format, weight tying and DDP/FSDP wrapping are unchanged.
+    """
+    head = model.get_output_embeddings()
+    if isinstance(head, nn.Linear):
+        head.forward = types.MethodType(_fp32_linear_forward, head)
+    return model
 
 
 def load_reference(path: str | Path, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
@@ -91,8 +115,14 @@ def token_logprobs(
     attention_mask: torch.Tensor,
     with_entropy: bool = False,
     entropy_grad: bool = False,
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(logprobs [B, T], entropy [B, T] | None)`` of each token under ``model``, aligned to the token.
+
+    ``temperature``: the distribution the rollout *sampled* from is ``softmax(logits / T)``, so that
+    is the one whose logprobs (and entropy) PPO's ratio and the importance weights must compare;
+    scoring at T = 1 data sampled at T != 1 biases the gradient. (Top-p truncation is not applied:
+    keep ``top_p = 1`` for training data.)
 
     ``log_softmax`` is taken as ``logit - logsumexp`` on the gathered token only, so no second
     ``[B, T, V]`` tensor is materialised, and the one-position shift is applied to the small
@@ -101,7 +131,11 @@ def token_logprobs(
     ``entropy_grad``) reuses the same ``logsumexp`` and stays off the graph unless its gradient is
     wanted.
     """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
     logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
     next_ids = torch.cat([input_ids[:, 1:], input_ids[:, -1:]], dim=1).unsqueeze(-1)
     normaliser = torch.logsumexp(logits, dim=-1)
     picked = logits.gather(-1, next_ids).squeeze(-1) - normaliser

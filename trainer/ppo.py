@@ -2,39 +2,38 @@
 
 Reads top to bottom like the algorithm:
 
-1. pack the step's sub-trajectories into token-budgeted micro-batches;
-2. score them without gradients: critic values, reference logprobs (KL), and, for data produced by
-   an older policy version, the current ("proximal") policy's logprobs;
-3. place each episode's reward on its last action token, shape in the KL, compute advantages
-   (``trainer.advantages``) over the whole step so sub-trajectories chain across micro-batches;
-4. K critic updates, then one actor update (skipped during critic warm-up), each accumulating
-   gradients over all micro-batches into one optimiser step, losses from ``trainer.losses``.
+1. split the step's episodes into ``ppo_mini_batches`` mini-batches and pack each into
+   token-budgeted micro-batches;
+2. score every row without gradients: critic values, reference logprobs (KL), and the current
+   ("proximal") policy's logprob of *every* action token, at the rollout's temperature. PPO's ratio
+   is anchored to it, never to the engine's logprob; the gap between the two is measured
+   (``mismatch/*``) and corrected with importance weights / rejection (``trainer.mismatch``);
+3. place each episode's reward on its last action token, shape in the KL if asked, compute
+   advantages (``trainer.advantages``) over the whole step so an episode's sub-trajectories chain;
+4. for each epoch and mini-batch: critic updates, then one actor update (skipped during the critic
+   warm-up), each accumulating gradients over the mini-batch's micro-batches into one optimiser
+   step, losses from ``trainer.losses``. The policy loss sees the *loss mask*: the action mask minus
+   tokens older than ``max_staleness`` (``stale_mode="mask"``) and tokens rejected by
+   ``rollout_rs``; the critic trains on every action token.
 
 Under ``torchrun`` each rank holds its own share of the episodes (whole task groups, so group
-baselines stay local); every rank runs the same number of micro-batches (empty ones pad) so the
-collectives of DDP/FSDP2 line up, and losses are normalised by the *global* token count.
+baselines stay local), possibly none; every rank runs the same number of mini-batches and, in each,
+of micro-batches (empty ones pad) so the collectives of DDP/FSDP2 line up, and losses are normalised
+by the *global* token or row count of the mini-batch.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
-from trainer.advantages import (
-    CRITIC_ESTIMATORS,
-    AdvantageBatch,
-    AdvantageConfig,
-    estimator_for_algo,
-    get_advantage_estimator,
-    place_episode_rewards,
-    reverse_kl,
-)
-from trainer.batch import Sample, TokenBatch, collate, pack_by_token_budget, padding_fraction
+from trainer.advantages import ALGORITHMS, AdvantageBatch, AdvantageConfig
+from trainer.batch import Sample, TokenBatch, collate, pack_by_token_budget, padding_batch, padding_fraction
+from trainer.critic_free import reverse_kl
 from trainer.losses import (
     agg_loss,
     agg_normaliser,
@@ -44,19 +43,25 @@ from trainer.losses import (
     explained_variance,
     kl_penalty,
     rewards_with_kl_penalty,
-    truncated_importance_weights,
 )
 from trainer.masked import masked_mean, masked_whiten
+from trainer.mismatch import mismatch_metrics, rollout_correction
 from trainer.models import Critic, load_actor, load_reference, token_logprobs
-from trainer.runtime import Runtime, init_runtime, no_grad_eval, unwrap, wrap_model
+from trainer.rows import place_episode_rewards
+from trainer.runtime import Runtime, init_runtime, no_grad_eval, wrap_model
 from trainer.settings import TrainerSettings
 
 
 @dataclass
 class _Scored:
-    """Per-token tensors of the whole step ``[N, T]`` (rows = samples), filled by the scoring pass."""
+    """Per-token tensors of the whole step ``[N, T]`` (rows = samples), filled by the scoring pass.
+
+    ``old_logprobs`` are the proximal policy's (the ratio's anchor), ``is_weights`` the importance
+    weights of the behaviour gap, ``loss_mask`` the action tokens the policy loss trains on.
+    """
 
     action_mask: torch.Tensor
+    loss_mask: torch.Tensor
     rollout_logprobs: torch.Tensor
     old_logprobs: torch.Tensor
     is_weights: torch.Tensor
@@ -64,6 +69,18 @@ class _Scored:
     values: torch.Tensor | None
     final_values: torch.Tensor | None
     teacher_logprobs: torch.Tensor | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class _MiniBatch:
+    """One optimiser step's share of this rank's rows: its micro-batches (real ones first, then
+    padding up to the most any rank has) and the global normalisers of its losses."""
+
+    micro: list[TokenBatch]
+    real: int
+    actor_norm: float
+    critic_norm: float
 
 
 class PPOTrainer:
@@ -82,8 +99,12 @@ class PPOTrainer:
         self.settings = settings
         self.runtime = runtime
         self.pad_id = pad_id
-        self.estimator_name = estimator_for_algo(settings.algo)
-        self.uses_critic = self.estimator_name in CRITIC_ESTIMATORS
+        self.algorithm = ALGORITHMS.get(settings.algo)
+        self.uses_critic = self.algorithm.needs_critic
+        # Group baselines compare the episodes of one task (opd only when it mixes in the task reward).
+        self.needs_groups = settings.algo in ("grpo", "rloo") or (
+            settings.algo == "opd" and settings.reward_weight != 0
+        )
         if self.uses_critic and critic is None:
             raise ValueError(f"--algo {settings.algo} needs a critic")
         if settings.gradient_checkpointing:
@@ -94,7 +115,7 @@ class PPOTrainer:
         self.critic = wrap_model(critic, runtime) if self.uses_critic and critic is not None else None
         self.reference = reference.to(runtime.device) if reference is not None else None
         self.teachers = {name: t.to(runtime.device) for name, t in (teachers or {}).items()}
-        if self.estimator_name == "opd" and not self.teachers:
+        if settings.algo == "opd" and not self.teachers:
             raise ValueError("--algo opd needs at least one teacher (--teacher NAME=PATH)")
         unknown = sorted(set(settings.routes.values()) - set(self.teachers))
         if unknown:
@@ -123,7 +144,7 @@ class PPOTrainer:
         torch.manual_seed(settings.seed)
         actor = load_actor(model_path)
         critic = None
-        if estimator_for_algo(settings.algo) in CRITIC_ESTIMATORS:
+        if ALGORITHMS.get(settings.algo).needs_critic:
             critic = Critic.from_pretrained(critic_path or settings.critic_model_path or model_path)
         reference = load_reference(reference_path or model_path) if settings.kl_coef > 0 else None
         teachers = (
@@ -150,49 +171,84 @@ class PPOTrainer:
 
     # ------------------------------------------------------------------------------------------
     def train_step(self, samples: list[Sample]) -> dict[str, float]:
-        """One update on this rank's ``samples`` (whole episodes); returns the step's metrics."""
-        if not samples:
-            raise ValueError("a training step needs at least one sub-trajectory on every rank")
+        """One update on this rank's ``samples`` (whole episodes; empty on a rank that got none,
+        under torchrun only); returns the step's metrics."""
+        if not samples and not self.runtime.distributed:
+            raise ValueError("a training step needs at least one sub-trajectory")
         started = time.perf_counter()
         s = self.settings
         stale_rows = sum(x.oldest_action_version() < self.policy_version for x in samples)
         lengths = [len(x.input_ids) for x in samples]
-        if max(lengths) > s.max_sequence_tokens:
+        if lengths and max(lengths) > s.max_sequence_tokens:
             raise ValueError(f"a sub-trajectory has {max(lengths)} tokens, over max_sequence_tokens")
-        groups = pack_by_token_budget(lengths, s.micro_batch_tokens)
-        micro = [collate(samples, g, self.pad_id, self.policy_version) for g in groups]
-        n_micro = self.runtime.all_reduce_max(len(micro))
-        padding = [_empty_like(micro[0])] * (n_micro - len(micro))
-
-        scored = self._score(samples, micro, padding)
+        mask_expired = s.max_staleness if s.stale_mode == "mask" else None
+        mini_rows = self._mini_batch_rows(samples)
+        packed = [
+            [
+                [rows[i] for i in g]
+                for g in pack_by_token_budget([lengths[r] for r in rows], s.micro_batch_tokens)
+            ]
+            for rows in mini_rows
+        ]
+        micro_by_mini = [
+            [collate(samples, g, self.pad_id, self.policy_version, mask_expired) for g in groups]
+            for groups in packed
+        ]
+        all_micro = [mb for group in micro_by_mini for mb in group]
+        pad = padding_batch(self.pad_id)
+        n_score = self.runtime.all_reduce_max(len(all_micro))
+        scored = self._score(samples, all_micro, [pad] * (n_score - len(all_micro)))
         advantages, returns, token_rewards = self._advantages(samples, scored)
-        mask = scored.action_mask
-        norm = self.runtime.all_reduce_sum(agg_normaliser(mask, s.loss_agg_mode))
+        minis = []
+        for group in micro_by_mini:
+            rows = torch.cat([mb.rows for mb in group]) if group else torch.zeros(0, dtype=torch.long)
+            n_micro = self.runtime.all_reduce_max(len(group))
+            minis.append(
+                _MiniBatch(
+                    group + [pad] * (n_micro - len(group)),
+                    len(group),
+                    self.runtime.all_reduce_sum(agg_normaliser(scored.loss_mask[rows], s.loss_agg_mode)),
+                    self.runtime.all_reduce_sum(agg_normaliser(scored.action_mask[rows], s.loss_agg_mode)),
+                )
+            )
 
+        warm = self.step < s.warmup_steps()
         metrics: dict[str, float] = {}
         for _ in range(s.ppo_epochs):
-            if self.critic is not None:
-                for _ in range(s.critic_updates_per_actor_update):
-                    metrics |= self._update_critic(micro, padding, scored, returns, norm)
-            if self.step >= s.critic_warmup_steps:
-                metrics |= self._update_actor(micro, padding, scored, advantages, norm)
-        if self.step >= s.critic_warmup_steps:
+            for mini in minis:
+                if self.critic is not None:
+                    for _ in range(s.critic_updates_per_actor_update):
+                        metrics |= self._update_critic(mini, scored, returns)
+                if not warm:
+                    metrics |= self._update_actor(mini, scored, advantages)
+        if not warm:
             self.policy_version += 1
         self.step += 1
 
         elapsed = time.perf_counter() - started
         tokens = self.runtime.all_reduce_sum(float(sum(lengths)))
+        mask = scored.action_mask
         episode_rewards = [x.reward for x in samples if x.is_last]
+        group_sizes: dict[int, int] = {}
+        for x in samples:
+            if x.is_last:
+                group_sizes[x.group_id] = group_sizes.get(x.group_id, 0) + 1
+        metrics |= scored.metrics
         metrics |= {
             "policy_version": float(self.policy_version),
+            "critic/warmup": float(warm),
             "data/episodes": float(len(episode_rewards)),
             "data/sub_trajectories": float(len(samples)),
             "data/reward_mean": sum(episode_rewards) / max(len(episode_rewards), 1),
             "data/action_tokens": float(mask.sum()),
-            "data/padding_fraction": padding_fraction(lengths, groups),
-            "data/stale_fraction": stale_rows / len(samples),
-            "adv/mean": float(masked_mean(advantages, mask)),
-            "adv/abs_max": float((advantages.abs() * mask).max()),
+            "data/loss_tokens": float(scored.loss_mask.sum()),
+            "data/truncated_episodes": float(sum(x.truncated for x in samples if x.is_last)),
+            "data/groups": float(len(group_sizes)),
+            "data/group_size_min": float(min(group_sizes.values(), default=0)),
+            "data/padding_fraction": padding_fraction(lengths, [g for gs in packed for g in gs]),
+            "data/stale_fraction": stale_rows / len(samples) if samples else 0.0,
+            "adv/mean": float(masked_mean(advantages, scored.loss_mask)),
+            "adv/abs_max": float((advantages.abs() * mask).max()) if mask.numel() else 0.0,
             "reward/token_sum_mean": float((token_rewards * mask).sum() / max(len(episode_rewards), 1)),
             "perf/step_time_s": elapsed,
             "perf/tokens_per_s": tokens / elapsed,
@@ -208,15 +264,31 @@ class PPOTrainer:
             )
         return metrics
 
+    def _mini_batch_rows(self, samples: list[Sample]) -> list[list[int]]:
+        """This rank's rows split into ``ppo_mini_batches`` groups of whole episodes.
+
+        Episode ``e`` goes to mini-batch ``floor(M * frac(e * golden ratio))``: a function of the
+        episode alone, so N ranks form exactly the mini-batches one process would (the update is the
+        same whatever the world size), and a Weyl sequence, so the episodes of any rank's share
+        (``e = r, r + N, ...``) spread evenly over the mini-batches.
+        """
+        count = self.settings.ppo_mini_batches
+        minis: list[list[int]] = [[] for _ in range(count)]
+        for row, x in enumerate(samples):
+            minis[int(count * ((x.episode_id * _GOLDEN) % 1.0)) % count].append(row)
+        return minis
+
     # ------------------------------------------------------------------------------------------
     def _score(self, samples: list[Sample], micro: list[TokenBatch], padding: list[TokenBatch]) -> _Scored:
-        """Gradient-free pass: values, reference and proximal logprobs for every row of the step."""
+        """Gradient-free pass: values, reference and proximal logprobs for every row of the step, the
+        importance weights and loss mask of the behaviour gap, and its metrics."""
         s = self.settings
-        n, width = len(samples), max(len(x.input_ids) for x in samples)
+        n, width = max(len(samples), 1), max((len(x.input_ids) for x in samples), default=2)
         mask = torch.zeros(n, width)
         rollout = torch.zeros(n, width)
         proximal = torch.zeros(n, width)
         stale = torch.zeros(n, width, dtype=torch.bool)
+        expired = torch.zeros(n, width, dtype=torch.bool)
         values = torch.zeros(n, width) if self.critic is not None else None
         final_values = torch.zeros(n) if self.critic is not None else None
         ref = torch.zeros(n, width) if self.reference is not None else None
@@ -225,6 +297,7 @@ class PPOTrainer:
         models = [
             m for m in (self.actor, self.critic, self.reference, *self.teachers.values()) if m is not None
         ]
+        temperature = s.rollout_temperature
         with no_grad_eval(*models), self.runtime.autocast():
             for index, mb in enumerate(micro + padding):
                 real = index < len(micro)
@@ -237,26 +310,51 @@ class PPOTrainer:
                         values[rows, :cols] = v.float().cpu()
                         final_values[rows] = fv.float().cpu()
                 if self.reference is not None:
-                    lp, _ = token_logprobs(self.reference, dev.input_ids, dev.attention_mask)
+                    lp, _ = token_logprobs(
+                        self.reference, dev.input_ids, dev.attention_mask, temperature=temperature
+                    )
                     if real:
                         ref[rows, :cols] = lp.float().cpu()
                 if teacher_lp is not None and real:
                     self._score_teachers(dev, rows, routed, teacher_lp)
-                any_stale = self.runtime.all_reduce_max(int(mb.stale.any() and real))
-                if any_stale:
-                    lp, _ = token_logprobs(self.actor, dev.input_ids, dev.attention_mask)
-                    if real:
-                        proximal[rows, :cols] = lp.float().cpu()
+                lp, _ = token_logprobs(self.actor, dev.input_ids, dev.attention_mask, temperature=temperature)
                 if real:
+                    proximal[rows, :cols] = lp.float().cpu()
                     mask[rows, :cols] = mb.action_mask
                     rollout[rows, :cols] = mb.rollout_logprobs
                     stale[rows, :cols] = mb.stale
-        stale_tokens = stale
-        old = torch.where(stale_tokens, proximal, rollout) * mask
-        weights = torch.where(
-            stale_tokens, truncated_importance_weights(proximal, rollout, s.tis_cap), torch.ones_like(mask)
+                    expired[rows, :cols] = mb.expired
+        proximal = proximal * mask
+        episode_ids = torch.tensor([x.episode_id for x in samples] or [0])
+        trainable = mask * (~expired).float()
+        correction = rollout_correction(
+            proximal,
+            rollout,
+            trainable,
+            s.rollout_is,
+            s.tis_cap,
+            s.rollout_rs,
+            s.rollout_rs_threshold,
+            s.rollout_rs_threshold_lower,
+            episode_ids,
         )
-        return _Scored(mask, rollout, old, weights, ref, values, final_values, teacher_lp)
+        gap = mismatch_metrics(proximal, rollout, mask, s.clip_low, s.clip_high, episode_ids)
+        fresh = mask * (~stale).float()
+        metrics = {f"mismatch/{k}": v for k, v in gap.items()}
+        metrics["mismatch/fresh_k3_kl"] = mismatch_metrics(proximal, rollout, fresh)["k3_kl"]
+        metrics |= {f"rollout_corr/{k}": v for k, v in correction.metrics.items()}
+        return _Scored(
+            mask,
+            correction.keep,
+            rollout,
+            proximal,
+            correction.weights,
+            ref,
+            values,
+            final_values,
+            teacher_lp,
+            metrics,
+        )
 
     def _score_teachers(
         self, dev: TokenBatch, rows: torch.Tensor, routed: list[str], out: torch.Tensor
@@ -279,9 +377,14 @@ class PPOTrainer:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         s = self.settings
         mask = scored.action_mask
+        if not samples:  # an empty rank (torchrun): nothing to estimate
+            zeros = torch.zeros_like(mask)
+            return zeros, zeros.clone(), zeros.clone()
         rewards = torch.tensor([x.reward for x in samples])
         is_last = torch.tensor([x.is_last for x in samples])
-        token_rewards = place_episode_rewards(mask, rewards, is_last)
+        truncated = torch.tensor([x.truncated for x in samples])
+        bootstrap = self.uses_critic and s.bootstrap_truncated
+        token_rewards = place_episode_rewards(mask, rewards, is_last, drop=truncated if bootstrap else None)
         if scored.ref_logprobs is not None and s.kl_in_reward:
             kl = kl_penalty(scored.old_logprobs, scored.ref_logprobs, s.kl_estimator)
             token_rewards = rewards_with_kl_penalty(token_rewards, kl, mask, s.kl_coef)
@@ -292,42 +395,53 @@ class PPOTrainer:
             group_ids=torch.tensor([x.group_id for x in samples]),
             sub_index=torch.tensor([x.sub_index for x in samples]),
             is_last=is_last,
-            truncated=torch.tensor([x.truncated for x in samples]),
+            truncated=truncated,
             values=scored.values,
             final_values=scored.final_values,
             student_logprobs=scored.old_logprobs,
             teacher_logprobs=scored.teacher_logprobs,
         )
-        estimator = get_advantage_estimator(self.estimator_name)
-        config = AdvantageConfig(gamma=s.gamma, lam=s.lam, reward_weight=s.reward_weight)
-        advantages, returns = estimator(batch, config)
+        config = AdvantageConfig(
+            gamma=s.gamma,
+            lam=s.lam,
+            norm_by_std=s.norm_by_std,
+            reward_weight=s.reward_weight,
+            critic_lam=s.critic_lam,
+            lam_length_alpha=s.lam_length_alpha,
+            chain_subtrajectories=s.chain_subtrajectories,
+            bootstrap_truncated=s.bootstrap_truncated,
+            min_group_size=s.min_group_size,
+        )
+        advantages, returns = self.algorithm.estimate(batch, config)
         if self.uses_critic and s.normalize_advantages:
-            advantages = masked_whiten(advantages, mask)
+            advantages = masked_whiten(advantages, scored.loss_mask)
         return advantages.float(), returns.float(), token_rewards
 
-    def _update_critic(
-        self,
-        micro: list[TokenBatch],
-        padding: list[TokenBatch],
-        scored: _Scored,
-        returns: torch.Tensor,
-        norm: float,
-    ) -> dict[str, float]:
+    def _update_critic(self, mini: _MiniBatch, scored: _Scored, returns: torch.Tensor) -> dict[str, float]:
         s = self.settings
         assert self.critic is not None and self.critic_optimizer is not None
         self.critic.train()
         self.critic_optimizer.zero_grad(set_to_none=True)
         loss_sum = clip_sum = weight = 0.0
-        for mb in micro + padding:
+        for index, mb in enumerate(mini.micro):
             dev = mb.to(self.runtime.device)
             cols = mb.input_ids.shape[1]
             rows = mb.rows
-            mask = dev.action_mask
+            mask = dev.action_mask if index < mini.real else torch.zeros_like(dev.action_mask)
             old_values = scored.values[rows, :cols].to(self.runtime.device)
             target = returns[rows, :cols].to(self.runtime.device)
             with self.runtime.autocast():
                 values, _ = self.critic(dev.input_ids, dev.attention_mask)
-            out = compute_value_loss(values, old_values, target, mask, s.value_clip, s.loss_agg_mode, norm)
+            out = compute_value_loss(
+                values,
+                old_values,
+                target,
+                mask,
+                s.value_clip,
+                s.loss_agg_mode,
+                mini.critic_norm,
+                s.scale_factor(),
+            )
             (out.loss * self.runtime.world_size).backward()
             tokens = float(mask.sum())
             loss_sum += float(out.loss.detach())
@@ -341,57 +455,60 @@ class PPOTrainer:
             "critic/grad_norm": grad_norm,
         }
 
-    def _update_actor(
-        self,
-        micro: list[TokenBatch],
-        padding: list[TokenBatch],
-        scored: _Scored,
-        advantages: torch.Tensor,
-        norm: float,
-    ) -> dict[str, float]:
+    def _update_actor(self, mini: _MiniBatch, scored: _Scored, advantages: torch.Tensor) -> dict[str, float]:
         s = self.settings
         self.actor.train()
         self.actor_optimizer.zero_grad(set_to_none=True)
         totals = {"pg_loss": 0.0, "entropy": 0.0, "kl_loss": 0.0}
         weighted = {"clip_fraction": 0.0, "clip_fraction_lower": 0.0, "approx_kl": 0.0}
         weight = 0.0
-        for mb in micro + padding:
+        scale = s.scale_factor()
+        for index, mb in enumerate(mini.micro):
             dev = mb.to(self.runtime.device)
             cols = mb.input_ids.shape[1]
             rows = mb.rows
-            mask = dev.action_mask
             on_device = self.runtime.device
+            loss_mask = scored.loss_mask[rows, :cols].to(on_device)
+            if index >= mini.real:
+                loss_mask = torch.zeros_like(loss_mask)
             with self.runtime.autocast():
                 logprobs, entropy = token_logprobs(
-                    self.actor, dev.input_ids, dev.attention_mask, True, entropy_grad=s.entropy_coef > 0
+                    self.actor,
+                    dev.input_ids,
+                    dev.attention_mask,
+                    True,
+                    entropy_grad=s.entropy_coef > 0,
+                    temperature=s.rollout_temperature,
                 )
             policy = compute_policy_loss(
                 logprobs,
                 scored.old_logprobs[rows, :cols].to(on_device),
                 advantages[rows, :cols].to(on_device),
-                mask,
+                loss_mask,
                 s.clip_low,
                 s.clip_high,
                 s.clip_ratio_c,
                 s.loss_agg_mode,
                 scored.is_weights[rows, :cols].to(on_device),
-                norm,
+                mini.actor_norm,
+                scale,
             )
-            entropy_term = agg_loss(entropy, mask, s.loss_agg_mode, norm)
+            entropy_term = agg_loss(entropy, loss_mask, s.loss_agg_mode, mini.actor_norm, scale)
             loss = policy.loss - s.entropy_coef * entropy_term
             if scored.ref_logprobs is not None and not s.kl_in_reward:
                 kl_loss = compute_kl_loss(
                     logprobs,
                     scored.ref_logprobs[rows, :cols].to(on_device),
-                    mask,
+                    loss_mask,
                     s.kl_estimator,
                     s.loss_agg_mode,
-                    norm,
+                    mini.actor_norm,
+                    scale,
                 )
                 loss = loss + s.kl_coef * kl_loss
                 totals["kl_loss"] += float(kl_loss.detach())
             (loss * self.runtime.world_size).backward()
-            tokens = float(mask.sum())
+            tokens = float(loss_mask.sum())
             totals["pg_loss"] += float(policy.loss.detach())
             totals["entropy"] += float(entropy_term.detach())
             weighted["clip_fraction"] += float(policy.clip_fraction) * tokens
@@ -405,25 +522,13 @@ class PPOTrainer:
         out["actor/grad_norm"] = grad_norm
         return out
 
-    # ------------------------------------------------------------------------------------------
-    def policy_module(self) -> nn.Module:
-        """The actor without its DDP wrapper (for saving in HF format)."""
-        return unwrap(self.actor)
 
-    def state_summary(self) -> dict[str, Any]:
-        return {"step": self.step, "policy_version": self.policy_version, "algo": self.settings.algo}
+_GOLDEN = (5**0.5 - 1) / 2
 
 
 def _adamw(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
     """AdamW with the fused kernel (one pass over each tensor; ~10x the foreach step on the CPU)."""
     return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, fused=True)
-
-
-def _empty_like(batch: TokenBatch) -> TokenBatch:
-    """A micro-batch with no action tokens: it runs the collectives of a real one and adds no gradient."""
-    return replace(
-        batch, action_mask=torch.zeros_like(batch.action_mask), stale=torch.zeros_like(batch.stale)
-    )
 
 
 def _clip_grad_norm(model: nn.Module, max_norm: float) -> float:

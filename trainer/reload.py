@@ -18,6 +18,10 @@ every token span they generate afterwards (``rollout.policy.CompletionsPolicy``)
   ``/collective_rpc`` runs arbitrary worker methods: the dev server must only be reachable by the
   trainer (a private network), never by agents or users.
 
+Every push carries the run's bearer token (``Authorization: Bearer``) when one is given: rlguard's
+server refuses reloads without it (``rollout.control``), and SGLang (``--api-key``) and vLLM
+(``--api-key``) check the same header. The token is never part of an error message.
+
 GPU-only (no disk round trip): :class:`trainer.weight_broadcast.NcclWeightBroadcast` sends the
 trainer's tensors over NCCL to vLLM workers started with
 ``--worker-extension-cls rollout.vllm_extension.WeightUpdateExtension`` (see docs/trainer.md).
@@ -53,11 +57,14 @@ class WeightSync(Protocol):
 class _HTTPSync:
     """Shared plumbing: POST JSON, raise a clear error on any refusal, remember the version."""
 
-    def __init__(self, url: str, timeout_s: float = 120.0, initial_version: str = "0") -> None:
+    def __init__(
+        self, url: str, timeout_s: float = 120.0, initial_version: str = "0", token: str | None = None
+    ) -> None:
         self.root = server_root(url)
         self.timeout_s = timeout_s
         self._version = initial_version
         self._lock = threading.Lock()
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     def current_version(self) -> str:
         with self._lock:
@@ -69,7 +76,9 @@ class _HTTPSync:
 
     def _post(self, endpoint: str, body: dict[str, Any] | None, what: str) -> dict[str, Any]:
         try:
-            response = httpx.post(self.root + endpoint, json=body, timeout=self.timeout_s)
+            response = httpx.post(
+                self.root + endpoint, json=body, headers=self._headers, timeout=self.timeout_s
+            )
         except httpx.HTTPError as exc:
             raise TrainerError(f"policy server at {self.root} did not answer {endpoint}: {exc}") from exc
         try:
@@ -131,13 +140,17 @@ class VLLMSync(_HTTPSync):
 
 
 def make_weight_sync(
-    protocol: Protocol_, url: str, timeout_s: float = 120.0, initial_version: str = "0"
+    protocol: Protocol_,
+    url: str,
+    timeout_s: float = 120.0,
+    initial_version: str = "0",
+    token: str | None = None,
 ) -> WeightSync:
-    """The ``WeightSync`` for ``protocol`` (builtin | sglang | vllm) at ``url``."""
+    """The ``WeightSync`` for ``protocol`` (builtin | sglang | vllm) at ``url``, sending ``token``."""
     kinds: dict[str, type[_HTTPSync]] = {"builtin": BuiltinSync, "sglang": SGLangSync, "vllm": VLLMSync}
     if protocol not in kinds:
         raise TrainerError(f"unknown reload protocol {protocol!r}; use one of {sorted(kinds)}")
-    return kinds[protocol](url, timeout_s, initial_version)
+    return kinds[protocol](url, timeout_s, initial_version, token)
 
 
 def reload_policy(
@@ -146,6 +159,7 @@ def reload_policy(
     version: str,
     protocol: Protocol_ = "builtin",
     timeout_s: float = 120.0,
+    token: str | None = None,
 ) -> dict[str, Any]:
     """Reload the server's weights from ``checkpoint`` (an HF directory); raise on any refusal."""
-    return make_weight_sync(protocol, url, timeout_s).push(checkpoint, version)
+    return make_weight_sync(protocol, url, timeout_s, token=token).push(checkpoint, version)

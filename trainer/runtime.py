@@ -118,12 +118,6 @@ def unwrap(model: nn.Module) -> nn.Module:
     return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
 def rng_state() -> dict[str, Any]:
     """Every RNG a training step may draw from, for exact resume."""
     state: dict[str, Any] = {

@@ -6,16 +6,20 @@ weights changed while the episode was in flight). The staleness of an action tok
 ``trainer version - version that generated it``.
 
 * Tokens at most ``max_staleness`` versions old are trained off-policy: clipped against the current
-  (proximal) policy and weighted by ``min(pi_prox / pi_rollout, tis_cap)`` (truncated importance
-  sampling, ``trainer.ppo``), whatever the mode.
-* An episode with any token older than ``max_staleness``: ``mode="drop"`` (the default) drops the
-  whole episode (its rows are marked consumed without training, so they never come back, and GAE
-  never sees half an episode); ``mode="tis"`` keeps it and lets truncated importance sampling bound
-  its weight, as for fresher data.
+  (proximal) policy and weighted by the truncated importance ratio ``pi_prox / pi_rollout``
+  (``trainer.mismatch``), as every token is.
+* Tokens older than ``max_staleness``: ``mode="mask"`` (the default, as slime) keeps the episode and
+  masks only those tokens from the policy loss: the episode's advantage trace, its critic targets
+  and its fresh spans all still train (an episode that ran long while the weights moved is exactly
+  the long-horizon data worth keeping). ``mode="drop"`` drops the whole episode instead (its rows are
+  marked consumed without training, so they never come back); ``mode="tis"`` keeps every token and
+  lets truncated importance sampling bound the old ones' weight.
 
-Both are counted in the step's metrics: ``data/dropped_episodes`` and ``data/dropped_fraction`` (of
-the episodes read), ``data/staleness_mean`` and ``data/staleness_max`` (over the action tokens
-trained on), ``data/mixed_version_fraction`` (rows read whose tokens come from several versions).
+Counted in the step's metrics: ``data/dropped_episodes`` and ``data/dropped_fraction`` (of the
+episodes read), ``data/masked_tokens`` and ``data/masked_token_fraction`` (action tokens kept out of
+the policy loss), ``data/masked_episodes`` (episodes with any), ``data/staleness_mean`` and
+``data/staleness_max`` (over the action tokens the policy loss trains on),
+``data/mixed_version_fraction`` (rows read whose tokens come from several versions).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Literal
 
 from trainer.batch import Sample
 
-StalenessMode = Literal["drop", "tis"]
+StalenessMode = Literal["mask", "drop", "tis"]
 
 
 @dataclass(frozen=True)
@@ -43,13 +47,15 @@ def token_staleness(sample: Sample, current_version: int) -> list[int]:
 
 
 def apply_staleness(
-    samples: list[Sample], current_version: int, max_staleness: int | None, mode: StalenessMode = "drop"
+    samples: list[Sample], current_version: int, max_staleness: int | None, mode: StalenessMode = "mask"
 ) -> StalenessReport:
-    """Split ``samples`` into what trains and what is dropped (whole episodes), with the metrics."""
+    """Split ``samples`` into what trains and what is dropped (whole episodes, ``drop`` mode only),
+    with the metrics; in ``mask`` mode the trainer masks the expired tokens (``trainer.batch.collate``)."""
     if max_staleness is not None and max_staleness < 0:
         raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
-    if mode not in ("drop", "tis"):
-        raise ValueError(f"staleness mode must be 'drop' or 'tis', not {mode!r}")
+    if mode not in ("mask", "drop", "tis"):
+        raise ValueError(f"staleness mode must be 'mask', 'drop' or 'tis', not {mode!r}")
+    bounded = max_staleness is not None and mode != "tis"
     worst: dict[int, int] = {}
     per_sample: list[list[int]] = []
     mixed = 0
@@ -58,25 +64,30 @@ def apply_staleness(
         per_sample.append(tokens)
         worst[sample.episode_id] = max(worst.get(sample.episode_id, 0), max(tokens, default=0))
         mixed += len({v for v, m in zip(sample.versions(), sample.action_mask, strict=True) if m}) > 1
-    too_old = (
-        {e for e, s in worst.items() if s > max_staleness}
-        if max_staleness is not None and mode == "drop"
-        else set()
-    )
-    kept = [s for s in samples if s.episode_id not in too_old]
-    dropped = [s for s in samples if s.episode_id in too_old]
-    trained = [
-        t
-        for s, tokens in zip(samples, per_sample, strict=True)
-        if s.episode_id not in too_old
-        for t in tokens
-    ]
+    too_old = {e for e, w in worst.items() if bounded and w > max_staleness}
+    dropped_ids = too_old if mode == "drop" else set()
+    kept = [s for s in samples if s.episode_id not in dropped_ids]
+    dropped = [s for s in samples if s.episode_id in dropped_ids]
+    trained: list[int] = []
+    masked = 0
+    for s, tokens in zip(samples, per_sample, strict=True):
+        if s.episode_id in dropped_ids:
+            continue
+        for t in tokens:
+            if bounded and t > max_staleness:  # mask mode: kept out of the policy loss
+                masked += 1
+            else:
+                trained.append(t)
     episodes = len(worst)
+    action_tokens = len(trained) + masked
     metrics = {
         "data/staleness_mean": sum(trained) / len(trained) if trained else 0.0,
         "data/staleness_max": float(max(trained, default=0)),
         "data/mixed_version_fraction": mixed / len(samples) if samples else 0.0,
-        "data/dropped_episodes": float(len(too_old)),
-        "data/dropped_fraction": len(too_old) / episodes if episodes else 0.0,
+        "data/dropped_episodes": float(len(dropped_ids)),
+        "data/dropped_fraction": len(dropped_ids) / episodes if episodes else 0.0,
+        "data/masked_tokens": float(masked),
+        "data/masked_token_fraction": masked / action_tokens if action_tokens else 0.0,
+        "data/masked_episodes": float(len(too_old) if mode == "mask" else 0),
     }
     return StalenessReport(kept, dropped, metrics)

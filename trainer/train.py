@@ -14,7 +14,7 @@ from typing import Any
 from store.migrate import upgrade
 from store.repository import Store
 from trainer.checkpoint import load_checkpoint, save_checkpoint
-from trainer.data import load_step_data, shard_for_rank
+from trainer.data import load_step_data, shard_for_rank, split_small_groups
 from trainer.errors import TrainerError
 from trainer.metrics import MetricsLog
 from trainer.ppo import PPOTrainer
@@ -53,6 +53,7 @@ class TrainingRun:
         run_name: str | None = None,
         tensorboard: bool = True,
         weight_sync: WeightSync | None = None,
+        policy_token: str | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.model_path = Path(model_path)
@@ -74,12 +75,33 @@ class TrainingRun:
         self.metrics = MetricsLog(self.run_dir, tensorboard) if self.runtime.is_main else None
         self.read_episodes = 0
         self.dropped_episodes = 0
+        self.masked_tokens = 0
+        self.unusable_episodes = 0
         self._weight_sync = weight_sync
+        #: The policy server's control token (``rollout.control``), sent with every weight push.
+        self.policy_token = policy_token
 
-    def step(self, max_episodes: int, episode_ids: list[str] | None = None) -> StepResult | None:
-        """Train on up to ``max_episodes`` unconsumed episodes (of ``episode_ids`` when given); None
-        when there is nothing to train on (or all of it was too stale and got dropped)."""
-        data = load_step_data(self.store, max_episodes, self.settings.max_sequence_tokens, episode_ids)
+    def step(
+        self,
+        max_episodes: int,
+        episode_ids: list[str] | None = None,
+        run: str | None = None,
+        policy_versions: list[str] | None = None,
+    ) -> StepResult | None:
+        """Train on up to ``max_episodes`` unconsumed episodes (of ``episode_ids``, ``run`` and
+        ``policy_versions`` when given); None when there is nothing to train on anywhere (or all of
+        it was too stale and got dropped). Under torchrun a rank whose share is empty still takes
+        part (padding micro-batches), so the step and its data's consumption happen on every rank."""
+        data = load_step_data(
+            self.store,
+            max_episodes,
+            self.settings.max_sequence_tokens,
+            episode_ids,
+            run,
+            policy_versions,
+            mark_unusable=self.runtime.is_main,
+        )
+        self.unusable_episodes += len(data.unusable)
         staleness = apply_staleness(
             data.samples, self.trainer.policy_version, self.settings.max_staleness, self.settings.stale_mode
         )
@@ -88,12 +110,26 @@ class TrainingRun:
                 [s.record_id for s in staleness.dropped if s.record_id is not None]
             )
         self.dropped_episodes += int(staleness.metrics["data/dropped_episodes"])
+        self.masked_tokens += int(staleness.metrics["data/masked_tokens"])
         self.read_episodes += data.episodes
-        by_group = self.trainer.estimator_name != "gae"
-        kept_ids = [s.record_id for s in staleness.kept if s.record_id is not None]
-        mine = shard_for_rank(staleness.kept, self.runtime.rank, self.runtime.world_size, by_group)
-        if self.runtime.all_reduce_max(int(not mine)):
+        # Critic-free estimators use group baselines: a task group stays on one rank (GAE needs episodes).
+        by_group = not self.trainer.uses_critic
+        kept = staleness.kept
+        if self.trainer.needs_groups:
+            kept, small = split_small_groups(kept, self.settings.min_group_size, data.episode_names)
+            if small and self.runtime.is_main:
+                self.store.mark_unusable(
+                    {
+                        name: f"its task group had under {self.settings.min_group_size} usable episodes"
+                        for name in small
+                    }
+                )
+            staleness.metrics["data/small_group_episodes"] = float(len(small))
+        kept_ids = [s.record_id for s in kept if s.record_id is not None]
+        mine = shard_for_rank(kept, self.runtime.rank, self.runtime.world_size, by_group)
+        if self.runtime.all_reduce_max(int(bool(mine))) == 0:
             return None
+        staleness.metrics["data/unusable_episodes"] = float(len(data.unusable))
         metrics = self.trainer.train_step(mine) | staleness.metrics
         step = self.trainer.step
         checkpoint = save_checkpoint(
@@ -124,6 +160,7 @@ class TrainingRun:
                 self.policy_url,
                 self.settings.reload_timeout_s,
                 initial_version=str(self.trainer.policy_version),
+                token=self.policy_token,
             )
         return self._weight_sync
 
@@ -152,7 +189,8 @@ def run_ppo_update(
     Returns the step's metrics plus ``step``, ``checkpoint`` (the HF policy directory) and
     ``sub_trajectories``; ``{"step": None, ...}`` when the store holds nothing to train on.
     """
-    settings = settings or TrainerSettings(algo="ppo", actor_lr=1e-5, critic_lr=1e-4)
+    # One update that moves the policy (the demo shows it): no critic-only warm-up step.
+    settings = settings or TrainerSettings(algo="ppo", actor_lr=1e-5, critic_lr=1e-4, critic_warmup_steps=0)
     run = TrainingRun(
         Path(out_dir),
         resolve_model(model_path),

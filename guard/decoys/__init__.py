@@ -11,7 +11,9 @@ command whose real output the decoy needs (the narrowed twin of a history comman
 gateway's probe hook when one is given and passes its answer to ``make_decoy``. Without a probe the
 decoy falls back to an invented answer (history commands print nothing).
 
-The wording of the gateway's own tools comes from ``guard.decoys.wording``, which the gateway also
+A bash command is answered by the first of ``BASH_DECOYS`` (a ``contract.registry.Registry``, tried
+in registration order, the most specific first) whose condition fits the command the rule objects
+to. The wording of the gateway's own tools comes from ``contract.wording``, which the gateway also
 uses for its real answers, so a decoy ``read_file`` error is spelled like a real one.
 """
 
@@ -25,13 +27,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 
-from guard.decoys.files import missing_path_decoy
-from guard.decoys.git import git_decoy, history_probe
-from guard.decoys.network import BY_PROGRAM as NETWORK_PROGRAMS
-from guard.decoys.network import network_decoy
-from guard.decoys.shell import args_of, bash_syntax_error, command_not_found, seeded_rng
-from guard.decoys.tampering import CONTAINER_CLIS, escape_decoy, tamper_decoy
-from guard.decoys.wording import (
+from contract.registry import Registry
+from contract.wording import (
     edit_mismatch_answer,
     edit_success_answer,
     edit_success_message,
@@ -40,6 +37,12 @@ from guard.decoys.wording import (
     write_success_answer,
     write_success_message,
 )
+from guard.decoys.files import missing_path_decoy
+from guard.decoys.git import git_decoy, history_probe
+from guard.decoys.network import BY_PROGRAM as NETWORK_PROGRAMS
+from guard.decoys.network import network_decoy
+from guard.decoys.shell import args_of, bash_syntax_error, command_not_found, seeded_rng
+from guard.decoys.tampering import CONTAINER_CLIS, escape_decoy, tamper_decoy
 from guard.paths import ProtectedPaths
 from guard.settings import DEFAULT_PROTECTED_PATHS
 from guard.types import Category, Command, GuardContext, RuleResult, ToolAnswer, ToolCall
@@ -222,19 +225,27 @@ class BashCase:
         return any(_names_path(a, self.hint or "", self.protected) for a in args_of(self.command))
 
 
-BashDecoy = Callable[[BashCase], ToolAnswer]
-# Tried in order; the first whose condition holds answers. Ordered from the most specific.
-BASH_DECOYS: list[tuple[str, Callable[[BashCase], bool], BashDecoy]] = []
+BashAnswer = Callable[[BashCase], ToolAnswer]
 
 
-def register_bash_decoy(name: str, when: Callable[[BashCase], bool]) -> Callable[[BashDecoy], BashDecoy]:
-    """Add a bash decoy tried after those registered before it, when ``when(case)`` holds."""
+@dataclass(frozen=True)
+class BashDecoy:
+    """One way of answering an intercepted bash command: the cases it fits and its answer."""
 
-    def decorate(fn: BashDecoy) -> BashDecoy:
-        if any(known == name for known, _, _ in BASH_DECOYS):
-            raise ValueError(f"bash decoy {name!r} registered twice")
-        BASH_DECOYS.append((name, when, fn))
-        return fn
+    when: Callable[[BashCase], bool]
+    answer: BashAnswer
+
+
+# Tried in registration order; the first that fits answers. Registered from the most specific.
+BASH_DECOYS: Registry[BashDecoy] = Registry("bash decoy")
+
+
+def register_bash_decoy(name: str, when: Callable[[BashCase], bool]) -> Callable[[BashAnswer], BashAnswer]:
+    """Register ``answer`` as the bash decoy ``name``, tried after those registered before it."""
+
+    def decorate(answer: BashAnswer) -> BashAnswer:
+        BASH_DECOYS.add(name, BashDecoy(when, answer))
+        return answer
 
     return decorate
 
@@ -260,11 +271,15 @@ def _git(case: BashCase) -> ToolAnswer:
     return git_decoy(case.command, case.probe)
 
 
-register_bash_decoy(
-    "escape_to_protected_path",
-    lambda c: _escapes(c)
-    and (c.names_protected or bool(c.hint and c.protected.match(c.hint) and _is_interpreter(c.program))),
-)(_missing)
+def _escapes_to_protected_path(case: BashCase) -> bool:
+    if not _escapes(case):
+        return False
+    if case.names_protected:
+        return True
+    return bool(case.hint and case.protected.match(case.hint) and _is_interpreter(case.program))
+
+
+BASH_DECOYS.add("escape_to_protected_path", BashDecoy(_escapes_to_protected_path, _missing))
 
 
 @register_bash_decoy("escape", _escapes)
@@ -275,9 +290,11 @@ def _escape(case: BashCase) -> ToolAnswer:
     return escape_decoy(case.command, written, case.installed)
 
 
-register_bash_decoy(
-    "hidden_path_named", lambda c: c.category == Category.HIDDEN_TEST_ACCESS and c.names_protected
-)(_missing)
+def _names_hidden_path(case: BashCase) -> bool:
+    return case.category == Category.HIDDEN_TEST_ACCESS and case.names_protected
+
+
+BASH_DECOYS.add("hidden_path_named", BashDecoy(_names_hidden_path, _missing))
 
 
 @register_bash_decoy(
@@ -292,10 +309,12 @@ def _history_file(case: BashCase) -> ToolAnswer:
     return missing_path_decoy(case.command, lambda p: case.is_protected(p) or ".git/" in p, case.hint)
 
 
-register_bash_decoy(
-    "protected_path",
-    lambda c: c.category == Category.HIDDEN_TEST_ACCESS or any(c.is_protected(a) for a in c.command.argv[1:]),
-)(_missing)
+def _reaches_protected_path(case: BashCase) -> bool:
+    hidden = case.category == Category.HIDDEN_TEST_ACCESS
+    return hidden or any(case.is_protected(arg) for arg in case.command.argv[1:])
+
+
+BASH_DECOYS.add("protected_path", BashDecoy(_reaches_protected_path, _missing))
 
 
 def _bash_decoy(
@@ -325,7 +344,7 @@ def _bash_decoy(
         rng=seeded_rng(context.episode_id, result.normalized.text),
         now=now,
     )
-    for _, when, decoy in BASH_DECOYS:
-        if when(case):
-            return decoy(case)
+    for _, decoy in BASH_DECOYS.items():
+        if decoy.when(case):
+            return decoy.answer(case)
     return ToolAnswer("", 1)

@@ -10,29 +10,31 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from guard.decoys.shell import SHELL_LINE_1, args_of, has_flag, lquote, positionals
+from guard.decoys.shell import SHELL_LINE_1, args_of, gnu_quote, has_flag, lquote, positionals
 from guard.types import Command, ToolAnswer
 
 ENOENT = "No such file or directory"
 _STRING_LITERAL = re.compile(r"""(['"])(/[^'"\n]+)\1""")
 
-# program -> (format of one missing-file line, exit code)
+# program -> (format of one missing-file line, exit code). ``{p}``: the name as given; ``{q}``: as
+# coreutils' ``quotef`` prints it (quoted when a shell would read it specially); ``{qa}``: as
+# ``quoteaf`` does (always quoted).
 _READERS: dict[str, tuple[str, int]] = {
-    "cat": ("cat: {p}: " + ENOENT, 1),
-    "tac": ("tac: failed to open '{p}' for reading: " + ENOENT, 1),
-    "nl": ("nl: {p}: " + ENOENT, 1),
-    "wc": ("wc: {p}: " + ENOENT, 1),
-    "od": ("od: {p}: " + ENOENT, 1),
-    "base64": ("base64: {p}: " + ENOENT, 1),
-    "md5sum": ("md5sum: {p}: " + ENOENT, 1),
-    "sha1sum": ("sha1sum: {p}: " + ENOENT, 1),
-    "sha256sum": ("sha256sum: {p}: " + ENOENT, 1),
-    "sort": ("sort: cannot read: {p}: " + ENOENT, 2),
-    "uniq": ("uniq: {p}: " + ENOENT, 1),
-    "cut": ("cut: {p}: " + ENOENT, 1),
+    "cat": ("cat: {q}: " + ENOENT, 1),
+    "tac": ("tac: failed to open {qa} for reading: " + ENOENT, 1),
+    "nl": ("nl: {q}: " + ENOENT, 1),
+    "wc": ("wc: {q}: " + ENOENT, 1),
+    "od": ("od: {q}: " + ENOENT, 1),
+    "base64": ("base64: {q}: " + ENOENT, 1),
+    "md5sum": ("md5sum: {q}: " + ENOENT, 1),
+    "sha1sum": ("sha1sum: {q}: " + ENOENT, 1),
+    "sha256sum": ("sha256sum: {q}: " + ENOENT, 1),
+    "sort": ("sort: cannot read: {q}: " + ENOENT, 2),
+    "uniq": ("uniq: {q}: " + ENOENT, 1),
+    "cut": ("cut: {q}: " + ENOENT, 1),
     "diff": ("diff: {p}: " + ENOENT, 2),
-    "head": ("head: cannot open '{p}' for reading: " + ENOENT, 1),
-    "tail": ("tail: cannot open '{p}' for reading: " + ENOENT, 1),
+    "head": ("head: cannot open {qa} for reading: " + ENOENT, 1),
+    "tail": ("tail: cannot open {qa} for reading: " + ENOENT, 1),
     "less": ("{p}: " + ENOENT, 0),
     "more": ("more: cannot open {p}: " + ENOENT, 0),
     "sed": ("sed: can't read {p}: " + ENOENT, 2),
@@ -42,17 +44,17 @@ _READERS: dict[str, tuple[str, int]] = {
     "xxd": ("xxd: {p}: " + ENOENT, 2),
     "strings": ("strings: '{p}': No such file", 1),
     "file": ("{p}: cannot open `{p}' (" + ENOENT + ")", 0),
-    "ls": ("ls: cannot access '{p}': " + ENOENT, 2),
-    "dir": ("dir: cannot access '{p}': " + ENOENT, 2),
+    "ls": ("ls: cannot access {qa}: " + ENOENT, 2),
+    "dir": ("dir: cannot access {qa}: " + ENOENT, 2),
     "tree": ("{p}  [error opening dir]\n\n0 directories, 0 files", 0),
-    "stat": ("stat: cannot statx '{p}': " + ENOENT, 1),
-    "du": ("du: cannot access '{p}': " + ENOENT, 1),
-    "cp": ("cp: cannot stat '{p}': " + ENOENT, 1),
-    "mv": ("mv: cannot stat '{p}': " + ENOENT, 1),
-    "realpath": ("realpath: {p}: " + ENOENT, 1),
+    "stat": ("stat: cannot statx {qa}: " + ENOENT, 1),
+    "du": ("du: cannot access {qa}: " + ENOENT, 1),
+    "cp": ("cp: cannot stat {qa}: " + ENOENT, 1),
+    "mv": ("mv: cannot stat {qa}: " + ENOENT, 1),
+    "realpath": ("realpath: {q}: " + ENOENT, 1),
     "readlink": ("", 1),
     "cd": (SHELL_LINE_1 + "cd: {p}: " + ENOENT, 1),
-    "chroot": ("chroot: cannot change root directory to '{p}': " + ENOENT, 125),
+    "chroot": ("chroot: cannot change root directory to {qa}: " + ENOENT, 125),
     "source": (SHELL_LINE_1 + "{p}: " + ENOENT, 1),
     ".": (SHELL_LINE_1 + "{p}: " + ENOENT, 1),
     "vim": ("", 0),
@@ -109,12 +111,67 @@ SEARCHERS = frozenset(
 )
 
 
+_FILE_TESTS = frozenset(
+    [
+        "-e",
+        "-f",
+        "-d",
+        "-r",
+        "-w",
+        "-x",
+        "-s",
+        "-L",
+        "-h",
+        "-p",
+        "-S",
+        "-b",
+        "-c",
+        "-g",
+        "-u",
+        "-k",
+        "-O",
+        "-G",
+        "-N",
+    ]
+)
+
+
+def _test_decoy(args: list[str], is_protected: Callable[[str], bool]) -> ToolAnswer:
+    """``test``/``[`` as bash evaluates them when the protected paths do not exist: silent, status
+    only. Unary file tests on a protected path are false, ``!`` negates, ``-a``/``-o`` combine;
+    anything else about a protected path is false too (its string tests do not name a file)."""
+    words = args[:-1] if args and args[-1] == "]" else list(args)
+
+    def primary(i: int) -> tuple[bool, int]:
+        if i < len(words) and words[i] == "!":
+            value, nxt = primary(i + 1)
+            return not value, nxt
+        if i + 1 < len(words) and words[i] in _FILE_TESTS:
+            return not is_protected(words[i + 1]), i + 2
+        if i + 2 < len(words) and words[i + 1] in ("-nt", "-ot", "-ef"):
+            return False, i + 3
+        return False, i + 1
+
+    def expression(i: int) -> tuple[bool, int]:
+        value, i = primary(i)
+        while i < len(words) and words[i] in ("-a", "-o"):
+            op = words[i]
+            right, i = primary(i + 1)
+            value = (value and right) if op == "-a" else (value or right)
+        return value, i
+
+    value, _ = expression(0) if words else (False, 0)
+    return ToolAnswer("", 0 if value else 1)
+
+
 def missing_path_decoy(
     command: Command, is_protected: Callable[[str], bool], hint: str | None = None
 ) -> ToolAnswer:
     """What ``command`` prints when the protected paths it names do not exist."""
     program = command.program
     args = args_of(command)
+    if program in ("test", "["):
+        return _test_decoy(args, is_protected)
     if program in ("locate", "mlocate"):
         return ToolAnswer("", 1)
     if program in SEARCHERS:
@@ -154,5 +211,7 @@ def missing_path_decoy(
     fmt, code_ = _READERS.get(program, ("{prog}: {p}: " + ENOENT, 1))
     if not missing:
         return ToolAnswer("", code_)
-    text = "\n".join(fmt.format(p=p, prog=program) for p in missing)
+    text = "\n".join(
+        fmt.format(p=p, q=gnu_quote(p), qa=gnu_quote(p, always=True), prog=program) for p in missing
+    )
     return ToolAnswer(text, code_)

@@ -1,11 +1,17 @@
 """Decoys for git: the repository has only its checked-out history and no remotes.
 
 History commands that would reach beyond the base (``log --all``, ``rev-list --branches``,
-``branch -a``, ``for-each-ref``) are answered by running a *narrowed* twin through the optional probe
-(the same command limited to ``HEAD`` / local branches), so the answer is the sandbox's real output
-for the history it is allowed to see. Without a probe, they print nothing (as in a repository that
-holds no other refs). Other refs are unknown revisions; remotes do not exist; network URLs do not
-resolve.
+``branch -a``, ``for-each-ref``, ``show-ref``, ``count-objects``, ``cat-file``) are answered by
+running a *narrowed* twin for real (the same command limited to ``HEAD``, to refs merged into it,
+to objects reachable from it), so the answer is the sandbox's real output for the history it is
+allowed to see. Without a probe, they print nothing (as in a repository that holds no other refs).
+
+When the sandbox's repository is *neutral* (``guard.repo``: it holds nothing beyond its base, and
+the call carries the fact ``git_repo_neutral``), the twin of a local, builtin git command is the
+command itself (``real_twin``): a branch that ``git branch`` lists then diffs, checks out and shows
+as the real one does, because every view asks the same repository.
+
+Other refs are unknown revisions; remotes do not exist; network URLs do not resolve.
 """
 
 from __future__ import annotations
@@ -84,7 +90,75 @@ def history_probe(command: Command) -> str | None:
     if sub == "for-each-ref":
         kept = [a for a in rest if a.startswith("--format") or a in ("--sort", "--count")]
         return shlex.join(["git", "for-each-ref", *kept, "--points-at=HEAD", "refs/heads/"])
+    if sub == "show-ref":
+        # the refs merged into HEAD, in show-ref's own format; exit 1 when there is none, as git does
+        return (
+            "out=$(git for-each-ref --merged=HEAD --format='%(objectname) %(refname)' 2>/dev/null); "
+            '[ -n "$out" ] && printf \'%s\\n\' "$out"'
+        )
+    if sub == "count-objects":
+        return shlex.join(["git", "count-objects", *(a for a in rest if a in _COUNT_OPTS)])
+    if sub == "cat-file" and rest:
+        name = rest[-1]
+        if name.startswith("-"):
+            return None
+        # an object reachable from HEAD is shown as git shows it; any other is not a valid name
+        quoted = shlex.quote(name)
+        return (
+            f"obj=$(git rev-parse --verify -q {quoted} 2>/dev/null) && "
+            'git rev-list --objects HEAD 2>/dev/null | cut -d" " -f1 | grep -qx "$obj" && '
+            f"{shlex.join(['git', 'cat-file', *rest])} || "
+            f"{{ echo {shlex.quote(f'fatal: Not a valid object name {name}')} >&2; (exit 128); }}"
+        )
     return None
+
+
+_COUNT_OPTS = frozenset({"-v", "--verbose", "-H", "--human-readable"})
+# Builtin git commands that work on the local repository only: in a neutral repository they are
+# run as the agent wrote them (aliases cannot shadow builtins; nothing here runs hooks or scripts
+# the agent names, or reaches the network).
+_LOCAL_BUILTINS = frozenset(
+    {
+        "log", "show", "diff", "rev-parse", "cat-file", "ls-tree", "show-ref", "for-each-ref", "branch",
+        "tag", "count-objects", "rev-list", "describe", "name-rev", "blame", "annotate", "grep",
+        "shortlog", "whatchanged", "reflog", "merge-base", "diff-tree", "diff-index", "ls-files",
+        "show-branch", "cherry", "range-diff", "fsck", "verify-pack", "show-index", "status",
+        "checkout", "switch", "restore", "reset", "merge", "cherry-pick", "revert", "stash",
+        "format-patch",
+    }
+)  # fmt: skip
+# options that make git run a program of the caller's choosing, or reach another repository
+_UNSAFE_OPTS = ("--ext-diff", "--textconv", "--exec", "--upload-pack", "--receive-pack", "--remote",
+                "--open-files-in-pager", "-O", "--tool", "--extcmd")  # fmt: skip
+_SAFE_GLOBALS = frozenset({"--no-pager", "-P", "--no-replace-objects", "--literal-pathspecs"})
+
+
+def real_twin(command: Command) -> str | None:
+    """``command`` itself, to run for real in a neutral repository, or None when it is not a
+    local builtin run plainly (global options other than ``--no-pager``, a URL, an option that
+    runs a program)."""
+    args = args_of(command)
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        if args[i] not in _SAFE_GLOBALS:
+            return None
+        i += 1
+    if i >= len(args) or args[i] not in _LOCAL_BUILTINS:
+        return None
+    rest = args[i + 1 :]
+    if any(a.startswith(_UNSAFE_OPTS) or _is_url(a) for a in rest):
+        return None
+    return shlex.join(["git", *args])
+
+
+def twin_for(command: Command, neutral: bool) -> str | None:
+    """What runs for real in place of an intercepted git command: the command itself in a neutral
+    repository (``real_twin``), else its narrowed twin (``history_probe``), else nothing."""
+    if neutral:
+        twin = real_twin(command)
+        if twin is not None:
+            return twin
+    return history_probe(command)
 
 
 def _split_dashdash(args: list[str]) -> tuple[list[str], bool, list[str]]:
@@ -142,10 +216,13 @@ def git_decoy(command: Command, probe: ToolAnswer | None = None) -> ToolAnswer:
     """What git answers in a sandbox with only the base history, no remotes and no network."""
     sub, rest = split_subcommand(command)
     pos = positionals(rest, frozenset({"-b", "--branch", "--depth", "-o", "--origin", "-c", "--config"}))
-    if history_probe(command) is not None:
-        if probe is not None:
-            return probe
-        return ToolAnswer("", 0)
+    twin = history_probe(command)
+    if twin is not None and probe is not None:
+        return probe
+    if twin is not None and not (sub == "cat-file" and "--batch-all-objects" not in rest):
+        if sub == "count-objects":  # a packed repository with nothing loose
+            return ToolAnswer("0 objects, 0 kilobytes", 0)
+        return ToolAnswer("", 1 if sub == "show-ref" else 0)
     if sub == "clone":
         url = pos[0] if pos else "origin"
         if not _is_url(url):

@@ -28,6 +28,39 @@ def lquote(text: str) -> str:
     return f"\u2018{text}\u2019" if UTF8_LOCALE else f"'{text}'"
 
 
+# gnulib's shell-escape quoting (coreutils' ``quotef``): a name is printed as it is unless a shell
+# would read one of these specially; ``#`` and ``~`` only lead, ``{``/``}`` only alone.
+_SHELL_SPECIAL = frozenset(' !"$&()*;<=>?[\\^`|\'')
+_C_ESCAPES = {"\a": "a", "\b": "b", "\f": "f", "\n": "n", "\r": "r", "\t": "t", "\v": "v"}
+
+
+def gnu_quote(name: str, *, always: bool = False) -> str:
+    """``name`` as GNU coreutils print a file name in an error: ``quotef`` (``cat: 'a b': No such
+    file ...``, plain names unquoted) or, with ``always``, ``quoteaf`` (``ls: cannot access 'a'``)."""
+    controls = any(ord(c) < 32 or ord(c) == 127 for c in name)
+    special = (
+        controls
+        or any(c in _SHELL_SPECIAL for c in name)
+        or name[:1] in ("#", "~")
+        or name in ("{", "}")
+    )
+    if not name:
+        return "''"
+    if not special:
+        return f"'{name}'" if always else name
+    if "'" in name and not controls and not any(c in name for c in '"$`\\!'):
+        return f'"{name}"'
+    parts: list[str] = []
+    for char in name:
+        if ord(char) < 32 or ord(char) == 127:
+            parts.append(f"'$'\\{_C_ESCAPES.get(char, f'{ord(char):03o}')}''")
+        elif char == "'":
+            parts.append("'\\''")
+        else:
+            parts.append(char)
+    return f"'{''.join(parts)}'".removesuffix("''")  # as gnulib: a trailing empty quote is dropped
+
+
 def args_of(command: Command) -> list[str]:
     """The arguments after the program word (``argv`` may or may not repeat the program)."""
     argv = list(command.argv)
@@ -134,11 +167,6 @@ SHELL_LINE_1 = f"{SHELL}: line 1: "
 def command_not_found(program: str) -> ToolAnswer:
     """What ``/bin/bash -c`` says for a program that is not installed."""
     return ToolAnswer(output=f"{SHELL_LINE_1}{program}: command not found", exit_code=127)
-
-
-def silent_success() -> ToolAnswer:
-    """Most commands that change files print nothing and exit 0."""
-    return ToolAnswer(output="", exit_code=0)
 
 
 _BASH = shutil.which("bash")

@@ -1,32 +1,33 @@
 """A decoyed bash call runs for real, with only its intercepted commands replaced by stubs.
 
 Why: an answer invented for a whole command line differs from bash's in everything around the
-offending command (``cat /hidden/x; echo MARK`` must still print MARK; ``|| echo fallback``,
-``| wc -l``, ``2>/dev/null``, ``; exit 0`` must act as in bash; ``$$`` and the kernel's last pid
-must advance as they do for a real command). So the gateway runs the agent's own line in the
-sandbox, where each intercepted top-level simple command is replaced by a stub on the same line
-that prints that command's decoy (on stderr when it fails, stdout when it succeeds) and ends with
-its exit status, forking once as a real program would. The rest of the line runs as bash runs it.
+offending command (``cat /hidden/x; echo MARK`` must still print MARK; ``|| echo fallback``, ``| wc
+-l``, ``2>/dev/null``, ``; exit 0`` must act as in bash; ``$$`` and the kernel's last pid must
+advance as they do for a real command). So the gateway runs the agent's own line in the sandbox,
+where each intercepted top-level simple command is replaced by a stub on the same line that prints
+that command's decoy (on stderr when it fails, stdout when it succeeds) and ends with its exit
+status, forking once as a real program would. The rest of the line runs as bash runs it.
 
 A stub asks the sandbox itself what a probe used to ask separately: ``command -v PROG`` decides
 between the decoy and bash's own ``command not found`` for a program the image may lack, and a
 history command is replaced by its narrowed twin (``git log --all`` -> ``git log HEAD``), run for
-real. No extra command runs in the sandbox for a decoy, so a process watching it sees nothing but
-the call's own line running.
+real; in a neutral repository (``guard.repo``) a local git command is its own twin. No extra command
+runs in the sandbox for a decoy, so a process watching it sees nothing but the call's own line
+running.
 """
 
 from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tree_sitter import Node
 
-from guard.decoys.git import history_probe
+from guard.decoys.git import twin_for
 from guard.decoys.shell import SHELL, SHELL_LINE_1
 from guard.normalize.budget import Unparseable
-from guard.normalize.shell import parse_source
+from guard.normalize.shell_syntax import parse_source
 from guard.types import Category, Command, RuleResult, ToolAnswer, ToolCall
 
 _SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh"})
@@ -53,6 +54,10 @@ class Stub:
     outer: Command | None = None  # the top-level command the intercepted one was found in
     # the same place reached with other arguments (a loop over several paths): arguments -> answer
     variants: tuple[tuple[str, ToolAnswer], ...] = ()
+    # protected paths the command names; when none of them exists in the sandbox at run time, the
+    # command itself runs (the sandbox then answers as it would for any missing path: every view
+    # agrees), else the decoy speaks. Empty: always the decoy.
+    if_absent: tuple[str, ...] = ()
 
 
 def ansi_c(text: str) -> str:
@@ -119,6 +124,11 @@ def stub_text(stub: Stub, node: Node, program_word: str) -> str:
     top_level = stub.command.source == "bash"
     if stub.twin is not None:
         return f"{{ {stub.twin}; }}"
+    if stub.if_absent:
+        decoy = stub_text(replace(stub, if_absent=()), node, program_word)
+        exists = " || ".join(f"[ -e {shlex.quote(p)} ] || [ -L {shlex.quote(p)} ]" for p in stub.if_absent)
+        original = (node.text or b"").decode("utf-8", "surrogatepass")
+        return f"{{ if {exists}; then {decoy}; else {original}; fi; }}"
     if stub.variants:
         arms = [
             f"{shlex.quote(key)}) {_print(answer, line, top_level)}exit {answer.exit_code};;"
@@ -288,7 +298,8 @@ def rewrite(
     stubs: dict[tuple[int, int], Stub] = {}
     for span, picks in chosen.items():
         command, alone = picks[0]
-        twin = history_probe(command) if command.program == "git" else None
+        neutral = "git_repo_neutral" in (alone if alone.match is not None else result).normalized.facts
+        twin = twin_for(command, neutral) if command.program == "git" else None
         outer = groups[span][0] if groups.get(span) else None
         if twin is not None:
             stubs[span] = Stub(ToolAnswer("", 0), command, twin=twin, outer=outer)
@@ -297,6 +308,7 @@ def rewrite(
         present = ToolAnswer(f"/usr/bin/{command.program}\n", 0) if check else None
 
         first = _answer(command, alone, result, decoy_for, present)
+        absent = _runs_if_absent(command, alone if alone.match is not None else result, evaluate)
         variants: dict[str, ToolAnswer] = {}
         if command.source == "bash":  # the place's own words are the command's: answer per value
             for other, other_result in picks:
@@ -309,5 +321,30 @@ def rewrite(
             check_installed=check,
             outer=outer,
             variants=tuple(variants.items()) if len(variants) > 1 else (),
+            if_absent=absent if not variants or len(variants) <= 1 else (),
         )
     return splice(script, stubs), splice(script, stubs, blank=True)
+
+
+ABSENT_STAND_IN = "/nonexistent/rlguard-absent"
+
+
+def _runs_if_absent(command: Command, hit: RuleResult, evaluate: Evaluate) -> tuple[str, ...]:
+    """The protected path whose absence lets ``command`` run for real, or ``()``.
+
+    Only when the path is the rules' whole objection: the same command with the path replaced by
+    one that names nothing protected is allowed (or only flagged). Then, in a sandbox where the
+    path does not exist, running the command itself reveals nothing and answers exactly as every
+    other view of the sandbox does (``test``, ``find``, globbing, ``os.scandir``)."""
+    match = hit.match
+    if match is None or not match.path or not match.path.startswith("/") or command.source != "bash":
+        return ()
+    if not any(match.path in a for a in command.argv):  # named literally, absolute: else decoy
+        return ()
+    stand_in = [a.replace(match.path, ABSENT_STAND_IN) for a in command.argv]
+    if stand_in == list(command.argv):
+        return ()
+    again = evaluate(ToolCall("bash", {"command": shlex.join(stand_in)}))
+    if again.match is not None and again.match.action != "flag":
+        return ()
+    return (match.path,)

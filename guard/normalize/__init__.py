@@ -18,9 +18,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from guard.normalize.budget import Budget, Unparseable, budgeted
-from guard.normalize.shell import Findings, ShellWalker
+from guard.normalize.findings import Findings
+from guard.normalize.forgery import expected_overwrites
+from guard.normalize.shell import ShellWalker
 from guard.paths import WORKSPACE, absolute
-from guard.types import NormalizedCall, ToolCall
+from guard.types import Effect, NormalizedCall, ToolCall
 
 MAX_COMMAND_CHARS = 64 * 1024
 MAX_CONTENT_CHARS = 1024 * 1024
@@ -57,7 +59,8 @@ def _bash(arguments: dict[str, Any], f: Findings) -> None:
 def _file_tool(tool: str, arguments: dict[str, Any], f: Findings) -> None:
     path = _string(_first(arguments, _PATH_KEYS), "path")
     if tool in ("read_file", "list_dir"):
-        f.add_path(path or ".", WORKSPACE)
+        full = f.add_path(path or ".", WORKSPACE)
+        f.effects.append(Effect("read" if tool == "read_file" else "list", full))
         return
     full = absolute(path or ".", WORKSPACE)
     if tool == "write_file":
@@ -119,7 +122,7 @@ def normalize(call: ToolCall, budget: Budget | None = None) -> NormalizedCall:
 
     ``budget`` bounds the work (a fresh default ``Budget`` when None): a call over it is
     unparseable, whatever its text asks the reading to compute."""
-    f = Findings()
+    f = Findings(ShellWalker)
     error: str | None = None
     arguments = call.arguments if isinstance(call.arguments, dict) else {}
     try:
@@ -136,6 +139,8 @@ def normalize(call: ToolCall, budget: Budget | None = None) -> NormalizedCall:
         error = "nested too deeply"
     except MemoryError:  # a backstop: the budgets are meant to stop any such text long before
         error = "over the memory budget"
+    if error is None and f.effects:
+        f.facts.extend(expected_overwrites(f.effects))
     return NormalizedCall(
         tool=call.tool,
         text=_render(call.tool, f, error),
@@ -146,6 +151,7 @@ def normalize(call: ToolCall, budget: Budget | None = None) -> NormalizedCall:
         facts=tuple(dict.fromkeys(f.facts)),
         blocks=tuple(f.blocks),
         files=tuple(f.files.items()),
+        effects=tuple(dict.fromkeys(f.effects)),
     )
 
 

@@ -147,6 +147,8 @@ def static_output(
     budget.charge(len(stdin or ""), program)  # each stage reads its whole input
     if program in (":", "true", "false"):
         out = ""
+    elif program == "pwd" and resolve_file is not None and not args:
+        out = resolve_file(".") + "\n"  # the walker's tracked working directory
     elif program in ("which", "command", "type") and args and re.fullmatch(r"[\w.+-]+", args[-1]):
         # ``$(which python)`` as a program word: the lookup names the program it finds
         out = f"/usr/bin/{args[-1]}\n" if program != "command" or args[0] in ("-v", "-V") else None

@@ -1,9 +1,10 @@
-"""Shell word semantics the parser leaves to us: escapes and ``${...}`` parameter expansion.
+"""Shell word semantics the parser leaves to us: escapes, ``${...}`` parameter and brace expansion.
 
 Only what the shell would compute from text already in the command: ``cu\\rl`` is ``curl``,
-``$'\\x63url'`` is ``curl``, ``${C,,}`` lowercases, ``${a:-x}`` defaults, ``${a/x/y}`` replaces.
-Unknown variables stay unresolved (the caller marks the word dynamic). Every step charges the
-call's budget (``guard.normalize.budget``) for the text it builds, before it builds it.
+``$'\\x63url'`` is ``curl``, ``${C,,}`` lowercases, ``${a:-x}`` defaults, ``${a/x/y}`` replaces,
+``file{,.bak}`` is two words. Unknown variables stay unresolved (the caller marks the word
+dynamic). Every step charges the call's budget (``guard.normalize.budget``) for the text it
+builds, before it builds it; brace expansion is capped at ``MAX_BRACE_WORDS`` words instead.
 """
 
 from __future__ import annotations
@@ -146,3 +147,45 @@ def expand_parameter(text: str, lookup: dict[str, str]) -> str | None:
         end = start + length if length >= 0 else len(value) + length
         return value[start:end]
     return None
+
+
+MAX_BRACE_WORDS = 16
+
+
+def expand_braces(text: str) -> list[str]:
+    """Bash brace alternatives, left to right (``a{b,c}d`` -> ``abd acd``; nested lists too);
+    at most ``MAX_BRACE_WORDS`` words."""
+    depth = 0
+    start = -1
+    for i, ch in enumerate(text):
+        if ch == "{":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == "}" and depth:
+            depth -= 1
+            if depth == 0:
+                inner = text[start + 1 : i]
+                options = _split_top(inner)
+                if len(options) > 1:
+                    out: list[str] = []
+                    for option in options:
+                        out.extend(expand_braces(text[:start] + option + text[i + 1 :]))
+                        if len(out) >= MAX_BRACE_WORDS:
+                            return out[:MAX_BRACE_WORDS]
+                    return out
+    return [text]
+
+
+def _split_top(text: str) -> list[str]:
+    parts, depth, current = [], 0, []
+    for ch in text:
+        if ch == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+            continue
+        depth += ch == "{"
+        depth -= ch == "}" and depth > 0
+        current.append(ch)
+    parts.append("".join(current))
+    return parts

@@ -3,9 +3,11 @@
 ``gateway_target`` yields a URL and admin token: a running gateway's (``--gateway URL``), or a
 gateway served in this process on a loopback port (the same app as ``rlguard serve``).
 ``Episode`` creates its gateway episode on first use, runs calls through it and finishes it
-exactly once. ``render_answer`` is the one way an adapter turns the gateway's
-``{output, exit_code, truncated}`` into text, so a decoyed answer reads exactly like a real one
-through every adapter (the flags are rendered the same way whatever produced them).
+exactly once; while it lives it holds the gateway's presence stream, so an adapter whose process
+dies (killed, crashed) leaves no running episode behind: the gateway finishes it.
+``render_answer`` is the one way an adapter turns the gateway's ``{output, exit_code, truncated}``
+into text, so a decoyed answer reads exactly like a real one through every adapter (the flags are
+rendered the same way whatever produced them).
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def gateway_target(
     The admin token is the given one, else the one the settings name (``RLGUARD_ADMIN_TOKEN`` or
     ``state_dir/admin_token``). ``suites`` are added to an in-process gateway's task suites.
     """
-    from rlguard.local_gateway import admin_token_from_settings, local_gateway
+    from rlguard.loops.local_gateway import admin_token_from_settings, local_gateway
 
     if url is not None:
         token = admin_token or admin_token_from_settings(settings)
@@ -120,6 +122,7 @@ class Episode:
         self.result: tuple[float, dict[str, Any]] | None = None
         self.ended = False
         self._lock = asyncio.Lock()
+        self._presence: asyncio.Task[None] | None = None
 
     @property
     def episode_id(self) -> str | None:
@@ -132,6 +135,10 @@ class Episode:
             if self.handle is None:
                 self.handle = await self.client.create_episode(self.task, self.policy_version)
                 log.info("episode %s of %s started", self.handle.episode_id, self.task)
+                # held open for the episode's life: if this process dies, the gateway finishes it
+                self._presence = asyncio.get_running_loop().create_task(
+                    self.client.hold_presence(self.handle)
+                )
             return self.handle
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
@@ -150,6 +157,13 @@ class Episode:
 
     async def finish(self, end_reason: str | None = None) -> tuple[float, dict[str, Any]] | None:
         """Grade and close the episode (idempotent); None when it never started or ended elsewhere."""
+        try:
+            return await self._finish(end_reason)
+        finally:
+            if self._presence is not None:
+                self._presence.cancel()
+
+    async def _finish(self, end_reason: str | None) -> tuple[float, dict[str, Any]] | None:
         async with self._lock:
             if self.ended or self.handle is None:
                 self.ended = True

@@ -38,7 +38,7 @@ from inspect_ai.util import (
 )
 from pydantic import BaseModel, Field
 
-from guard.decoys.wording import file_not_found_message
+from contract.wording import file_not_found_message
 from rlguard.errors import RlguardError
 from rlguard.integrations.episode import Episode, GatewayTarget, gateway_target, render_answer
 from rollout.gateway_client import GatewayClient

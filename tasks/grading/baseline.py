@@ -27,13 +27,31 @@ if TYPE_CHECKING:
 _MARKER = "RLGUARD-PLAIN-JUNIT"
 
 
-def junit_outcomes(xml_text: str) -> dict[str, str]:
-    """``{nodeid: passed|failed|error|skipped}`` from pytest's junit XML (file-based test ids)."""
+def _module_file(classname: str, files: list[str]) -> str | None:
+    """The test file a junit ``classname`` starts with (``tests.test_ttl.TTLCacheTest`` ->
+    ``tests/test_ttl.py``), among ``files``."""
+    parts = classname.split(".")
+    for i in range(len(parts), 0, -1):
+        candidate = "/".join(parts[:i]) + ".py"
+        if candidate in files:
+            return candidate
+    return None
+
+
+def junit_outcomes(xml_text: str, files: list[str] | None = None) -> dict[str, str]:
+    """``{nodeid: passed|failed|error|skipped}`` from pytest's junit XML (file-based test ids).
+
+    A test method a class inherits from another file (a mixin in ``tests/__init__.py``) is reported
+    with that file; its node id is the collecting file's, found from ``classname`` among ``files``."""
     outcomes: dict[str, str] = {}
     for case in ET.fromstring(xml_text).iter("testcase"):
         file = case.get("file") or ""
         classname, name = case.get("classname", ""), case.get("name", "")
         module = file[:-3].replace("/", ".") if file.endswith(".py") else ""
+        if files and not (module and (classname == module or classname.startswith(module + "."))):
+            found = _module_file(classname, files)
+            if found is not None:
+                file, module = found, found[:-3].replace("/", ".")
         inner = classname[len(module) + 1 :] if module and classname.startswith(module + ".") else ""
         nodeid = "::".join([file, *(inner.split(".") if inner else []), name])
         kinds = {child.tag for child in case}
@@ -98,4 +116,4 @@ async def plain_pytest(
         xml = gzip.decompress(base64.b64decode(payload.strip(), validate=True)).decode()
     except (ValueError, OSError, EOFError) as exc:
         raise SandboxError(f"plain pytest wrote no junit report: {result.output[-500:]}") from exc
-    return junit_outcomes(xml), elapsed
+    return junit_outcomes(xml, task.test_files()), elapsed

@@ -1,16 +1,21 @@
 """Grading modes, registered by name: a task's ``grading.mode`` picks how its tests decide the reward.
 
-Same shape as ``trainer.advantages`` (``register_advantage`` / ``get_advantage_estimator``): a mode is
-an async function ``grade(backend, task, workspace_tar, *, image, limits) -> GradeResult`` that
-grades the agent's final ``/workspace`` in a fresh container and never raises for anything the agent
-controls; an unknown name is a clear error listing the known ones. ``image`` is the configured
-sandbox image (a task's own image wins), ``limits`` the base sandbox limits.
+``GRADING_MODES`` is a ``contract.registry.Registry``: a mode is an async function
+``grade(backend, task, workspace_tar, *, image, limits) -> GradeResult`` that grades the agent's
+final ``/workspace`` in a fresh container and never raises for anything the agent controls.
+``image`` is the configured sandbox image (a task's own image wins), ``limits`` the base sandbox
+limits. A task file's ``grading.mode`` is validated against the registered names when it loads
+(``tasks.spec.GradingSpec``), so an unknown mode is one error listing the known ones.
 
-Built in: ``isolated`` (authored hidden tests, workspace code behind proxies; ``tasks.grading.grade``)
+Built in: ``isolated`` (authored hidden tests, workspace code behind proxies; ``tasks.grading.isolated``)
 and ``pytest`` (the project's own suite as its developers run it; ``tasks.grading.pytest_mode``).
 A task's mode-specific fields are checked when its suite loads (``tasks.spec``), not here, so a task
 that cannot be graded is refused before an episode is played on it; a new mode therefore adds its
-name to ``GradingSpec.mode`` (and its checks to the loader) as well as registering here.
+checks to the loader as well as registering here.
+
+This module imports ``tasks.spec`` only for type checking and each mode's grader only when it
+grades, so ``tasks.spec`` can import it to validate ``grading.mode`` with no cycle at run time (the
+static edge is named in ``pyproject.toml``'s import-linter contract).
 """
 
 from __future__ import annotations
@@ -18,37 +23,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from tasks.errors import TaskError
+from contract.registry import Registry
 
 if TYPE_CHECKING:
     from sandbox.base import SandboxBackend
     from sandbox.settings import SandboxLimits
-    from tasks.grading.grade import GradeResult
+    from tasks.grading.result import GradeResult
     from tasks.spec import Task
 
 GradeFn = Callable[..., Awaitable["GradeResult"]]
-GRADING_MODES: dict[str, GradeFn] = {}
-
-
-def register_grading_mode(name: str) -> Callable[[GradeFn], GradeFn]:
-    """Register a grading function under ``name`` (a task's ``grading.mode`` picks it)."""
-
-    def decorate(fn: GradeFn) -> GradeFn:
-        if name in GRADING_MODES:
-            raise ValueError(f"grading mode {name!r} registered twice")
-        GRADING_MODES[name] = fn
-        return fn
-
-    return decorate
-
-
-def get_grading_mode(name: str) -> GradeFn:
-    """The grading function registered as ``name``; a clear error listing the known ones otherwise."""
-    try:
-        return GRADING_MODES[name]
-    except KeyError:
-        known = ", ".join(sorted(GRADING_MODES))
-        raise TaskError(f"unknown grading mode {name!r}; known: {known}") from None
+GRADING_MODES: Registry[GradeFn] = Registry("grading mode")
 
 
 async def grade_task(
@@ -60,14 +44,14 @@ async def grade_task(
     limits: SandboxLimits | None = None,
 ) -> GradeResult:
     """Grade with the task's own mode (what ``finish``, ``rlguard grade`` and ``tasks check`` call)."""
-    result = await get_grading_mode(task.grading.mode)(
+    result = await GRADING_MODES.get(task.grading.mode)(
         backend, task, workspace_tar, image=image, limits=limits
     )
     result.details.setdefault("mode", task.grading.mode)
     return result
 
 
-@register_grading_mode("isolated")
+@GRADING_MODES.register("isolated")
 async def grade_isolated(
     backend: SandboxBackend,
     task: Task,
@@ -77,12 +61,12 @@ async def grade_isolated(
     limits: SandboxLimits | None = None,
 ) -> GradeResult:
     """Hidden tests in ``hidden/`` run by the trusted runner; the workspace answers through proxies."""
-    from tasks.grading.grade import grade
+    from tasks.grading.isolated import grade
 
     return await grade(backend, task, workspace_tar, image=image, limits=limits)
 
 
-@register_grading_mode("pytest")
+@GRADING_MODES.register("pytest")
 async def grade_pytest(
     backend: SandboxBackend,
     task: Task,

@@ -1,221 +1,117 @@
-"""The ``pytest`` grading mode: the project's own tests, run as its developers run them (SWE-bench).
+"""The ``pytest`` grading mode: the project's own tests, run as its developers run them (SWE-bench),
+watched from outside the code under test's reach.
 
 Why each step exists:
 
 * **fresh container over the final workspace**, with test files and test infrastructure restored
-  and start-up hooks dropped (``tasks.grading.pytest_workspace``): an edited, skipped or deleted
-  test, a forcing ``conftest.py``, ``addopts`` that deselect, a ``.pth`` or ``sitecustomize`` that
-  patches pytest are gone before anything runs;
-* **clean interpreter**: ``env -i``, ``python3 -I`` (no ``PYTHONPATH``, no user site),
-  ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``; the image's own pytest plugins are loaded by name, so a
-  plugin the agent declared never is (``inside/pytest_launcher.py``);
-* **results from a report, not from output**: the grader's plugin is registered before any conftest
-  or test module and writes one line per test to a file outside /workspace; the host reads it back
-  whole (one exec, its output cap raised for the grading container), so a suite of thousands of
-  tests loses nothing;
-* **cross-checks**: the report must end with pytest's exit status and the launcher's, both equal to
-  the process's; exit 0 with a failure in the report, or exit 1 with none, is inconsistent; an
-  expected node id that is missing counts as not passed; a timeout scores zero;
-* **the final patch** (diff against the base) goes into the details for the guard's review
-  (``guard.review``, wired in the gateway's ``finish``).
+  and start-up hooks dropped (``pytest_workspace``): an edited, skipped or deleted test, a forcing
+  ``conftest.py``, ``addopts`` that deselect, a ``.pth`` or ``sitecustomize`` are gone first;
+* **two uids** (``supervised_tree``): the restored tests, the test configuration and the grader's
+  files belong to the supervisor's uid and are read-only for the agent's, which runs the tests;
+  nothing the code under test does at run time rewrites a test, plants bytecode or edits the grader;
+* **a supervisor outside the test process** (``inside/supervisor.py``): non-dumpable, it starts the
+  test process exactly once under a seccomp filter that hands it every ``exec``, reads results from a
+  socket that names each sender's pid, and holds the only channel back to the host; a second start,
+  an ``exec`` of the test process, a record from another process: zero (``pytest_score``);
+* **a monitor inside it** (``inside/monitor.py``): an audit hook installed before any workspace
+  import records what run-time cheats need (frames, test sources, the heap, tracing, ctypes, test
+  framework patches, writes to the test side), judged against the task's baseline
+  (``monitor_policy``);
+* **a second opinion** (``second_opinion``): the FAIL_TO_PASS tests and a sample of PASS_TO_PASS run
+  again in ``isolated`` mode, where workspace code sits behind proxies in another process and reaches
+  neither the test frames nor the results; passing here and failing there scores zero;
+* **bounded I/O**: the result is capped before compression and inflated with a limit; archives,
+  diffs and scoring run in worker threads, off the event loop;
+* **the final patch** (diff against the base) and the changed files go to the guard's review.
 
-What this mode cannot stop (workspace code runs in pytest's process) is in docs/grading.md.
+What this mode still cannot stop is in docs/grading.md.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import gzip
-import io
 import json
 import logging
 import secrets
 import shlex
-import tarfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sandbox.base import SandboxError, SandboxSpec
 from tasks.errors import TaskError
-from tasks.grading.patch import workspace_patch
+from tasks.grading.patch import workspace_changes, workspace_patch
+from tasks.grading.pytest_score import Observed, read_output, score
 from tasks.grading.pytest_workspace import added_modules, grading_workspace_tar, pristine_members
+from tasks.grading.result import GradeResult
+from tasks.grading.supervised_tree import restored_files, split_graded_workspace
 
 if TYPE_CHECKING:
     from sandbox.base import Sandbox, SandboxBackend
     from sandbox.settings import SandboxLimits
-    from tasks.grading.grade import GradeResult
     from tasks.spec import Task
 
 log = logging.getLogger(__name__)
 
-OUTCOMES = ("passed", "failed", "error", "skipped")
-MARKER = "RLGUARD-PYTEST"
-# The grading container's exec output cap: the whole report comes back in one answer.
+# The grading container's exec output cap: the whole compressed result comes back in one answer.
 REPORT_CAP_BYTES = 16 * 1024 * 1024
-LOG_TAIL_BYTES = 3000
 _HOST_TIMEOUT_MARGIN_S = 20.0
-_LAUNCHER = Path(__file__).resolve().parent / "inside" / "pytest_launcher.py"
-
-
-@dataclass
-class PytestReport:
-    """What the report file said: per-test outcomes, exit records, collection errors, problems."""
-
-    tests: dict[str, str] = field(default_factory=dict)
-    collect_errors: list[dict[str, str]] = field(default_factory=list)
-    exitstatus: int | None = None
-    launcher_rc: int | None = None
-    shadowing: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-
-
-def parse_report(text: str) -> PytestReport:
-    """The report's JSON lines; a line that is not one of the known records is a problem."""
-    report = PytestReport()
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            report.problems.append("report line is not JSON")
-            continue
-        kind = record.get("kind") if isinstance(record, dict) else None
-        if kind == "test" and isinstance(record.get("id"), str) and record.get("outcome") in OUTCOMES:
-            report.tests[record["id"]] = record["outcome"]
-        elif kind == "collect_error":
-            report.collect_errors.append(
-                {"id": str(record.get("id")), "message": str(record.get("message"))[:500]}
-            )
-        elif kind == "end" and isinstance(record.get("exitstatus"), int) and report.exitstatus is None:
-            report.exitstatus = record["exitstatus"]
-        elif kind == "shadow" and isinstance(record.get("modules"), list):
-            report.shadowing = [str(m)[:100] for m in record["modules"][:50]]
-        elif kind == "exit" and isinstance(record.get("rc"), int) and report.launcher_rc is None:
-            report.launcher_rc = record["rc"]
-        else:
-            report.problems.append(f"unexpected report record {str(kind)[:40]!r}")
-    return report
+_INSIDE = Path(__file__).resolve().parent / "inside"
+#: The grader's files in the container (name there -> source here).
+GRADER_FILES = {
+    "supervisor.py": _INSIDE / "supervisor.py",
+    "exec_guard.py": _INSIDE / "exec_guard.py",
+    "launcher.py": _INSIDE / "pytest_launcher.py",
+    "grading_monitor.py": _INSIDE / "monitor.py",
+}
 
 
 @dataclass(frozen=True)
-class RunOutput:
-    """The one exec's answer, split: the process's exit code, the report text, pytest's log tail."""
+class Prepared:
+    """Everything one grading needs, built on the host before any container starts."""
 
-    rc: int | None
-    report: str | None
-    log_tail: str
-    problem: str | None = None
-
-
-def split_output(output: str, nonce: str) -> RunOutput:
-    """Find the single ``RLGUARD-PYTEST <nonce> <rc> <base64 gzip report>`` trailer."""
-    marker = f"\n{MARKER} {nonce} "
-    if output.count(marker) != 1:
-        return RunOutput(None, None, output[-LOG_TAIL_BYTES:], "grader produced no result")
-    log_tail, trailer = output.split(marker)
-    rc_text, _, payload = trailer.strip().partition(" ")
-    try:
-        rc = int(rc_text)
-        report = gzip.decompress(base64.b64decode(payload, validate=True)).decode("utf-8", "replace")
-    except (ValueError, binascii.Error, OSError, EOFError):
-        return RunOutput(None, None, log_tail, "malformed grader result")
-    return RunOutput(rc, report, log_tail)
+    tree: Any
+    added: list[str]
+    patch: str
+    patch_truncated: bool
+    changes: tuple[Any, ...]
+    grader_dir: str
 
 
-def score(task: Task, run: RunOutput, timed_out: bool) -> GradeResult:
-    """Reward and evidence from the run (see the module docstring for the cross-checks)."""
-    from tasks.grading.grade import GradeResult
-
-    ids = task.expected_test_ids()
-    total = len(ids)
-    base: dict[str, Any] = {
-        "task": task.id,
-        "mode": "pytest",
-        "resolved": False,
-        "pytest_tail": run.log_tail[-2000:],
-    }
-
-    def zero(reason: str, **extra: Any) -> GradeResult:
-        tests = {nodeid: "error" for nodeid in ids}
-        return GradeResult(0.0, 0, 0, total, total, {**base, "reason": reason, "tests": tests, **extra})
-
-    if timed_out or run.rc in (124, 137):
-        return zero("timeout", timeout_s=task.grading.timeout_s)
-    if run.problem or run.report is None:
-        return zero(run.problem or "grader produced no result")
-    report = parse_report(run.report)
-    if report.problems:
-        return zero("malformed grader result", problems=report.problems[:20])
-    if report.shadowing:
-        return zero("workspace shadows installed modules", modules=report.shadowing)
-    if report.launcher_rc is None or report.exitstatus is None:
-        partial = {nodeid: report.tests.get(nodeid, "error") for nodeid in ids}
-        return zero("pytest did not finish", process_rc=run.rc, partial_tests=partial)
-    bad = [o for o in report.tests.values() if o in ("failed", "error")]
-    if (
-        not (run.rc == report.launcher_rc == report.exitstatus)
-        or (run.rc == 0 and bad)
-        or (run.rc == 1 and not bad)
-    ):
-        return zero(
-            "inconsistent results",
-            process_rc=run.rc,
-            launcher_rc=report.launcher_rc,
-            exitstatus=report.exitstatus,
-        )
-    tests = {nodeid: report.tests.get(nodeid, "error") for nodeid in ids}
-    missing = [nodeid for nodeid in ids if nodeid not in report.tests]
-    passed = sum(outcome == "passed" for outcome in tests.values())
-    errors = sum(outcome == "error" for outcome in tests.values())
-    resolved = passed == total
-    reward = (1.0 if resolved else 0.0) if task.grading.reward == "all_or_nothing" else passed / total
-    details = {
-        **base,
-        "reason": "graded",
-        "resolved": resolved,
-        "tests": tests,
-        "missing": missing[:50],
-        "fail_to_pass": {n: tests[n] for n in task.grading.fail_to_pass},
-        "pass_to_pass_failed": [n for n in task.grading.pass_to_pass if tests[n] != "passed"][:50],
-        "pytest_exitstatus": report.exitstatus,
-        "collect_errors": report.collect_errors[:20],
-        "other_tests": len(set(report.tests) - set(ids)),
-    }
-    return GradeResult(reward, passed, total - passed - errors, errors, total, details)
-
-
-def launcher_bundle(task: Task, grader_dir: str, added: list[str]) -> bytes:
-    """What goes to the grader directory: the launcher and its config."""
-    config = {
+def prepare(task: Task, workspace_tar: bytes, monitor: bool = True) -> Prepared:
+    """Archives, the patch and the changed files (CPU work: called in a worker thread)."""
+    pristine = pristine_members(task)
+    graded_tar = grading_workspace_tar(task, workspace_tar, pristine)
+    added = added_modules(task, graded_tar, pristine)
+    grader_dir = f"/tmp/rlguard-grader-{secrets.token_hex(6)}"
+    extra = task.protected_extra()
+    launcher_config = {
         "workspace": "/workspace",
         "added_modules": added,
         "pythonpath": list(task.grading.pythonpath),
-        "report": f"{grader_dir}/report.jsonl",
         "args": task.test_files(),
+        "protected": restored_files(graded_tar, extra),
+        "grader_dir": grader_dir,
+        "monitor": monitor,
     }
-    files = {"launcher.py": _LAUNCHER.read_bytes(), "config.json": json.dumps(config).encode()}
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), 0o644, 1704067200
-            tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
+    grader_files = {name: source.read_bytes() for name, source in GRADER_FILES.items()}
+    grader_files["launcher.json"] = json.dumps(launcher_config).encode()
+    tree = split_graded_workspace(graded_tar, extra, grader_dir, grader_files)
+    base_tar = task.workspace_tar()
+    patch, truncated = workspace_patch(base_tar, workspace_tar)
+    changes = workspace_changes(base_tar, workspace_tar)
+    return Prepared(tree, added, patch, truncated, changes, grader_dir)
 
 
-def run_command(task: Task, nonce: str, grader_dir: str, staging: str) -> str:
-    """Unpack, run the launcher under a deadline in a clean environment, print log tail + trailer."""
-    g = shlex.quote(grader_dir)
-    timeout = f"{task.grading.timeout_s:g}"
+def run_command(task: Task, grader_dir: str, agent_tar: str, config: str) -> str:
+    """Unpack the agent's files as the agent's uid, then start the supervisor in a clean environment."""
+    g, archive = shlex.quote(grader_dir), shlex.quote(agent_tar)
     return (
-        f"mkdir -m 700 {g} && tar -x -f {shlex.quote(staging)} -C {g} && rm -f {shlex.quote(staging)} "
-        f'&& cd /workspace && env -i PATH="$PATH" HOME=/tmp LANG=C.UTF-8 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 '
-        f"timeout -k 5 {timeout} python3 -I -B {g}/launcher.py {g}/config.json > {g}/pytest.log 2>&1; rc=$?; "
-        f"tail -c {LOG_TAIL_BYTES} {g}/pytest.log; printf '\\n{MARKER} {nonce} %s ' \"$rc\"; "
-        f"gzip -c {g}/report.jsonl 2>/dev/null | base64 -w0; echo"
+        f"cd /workspace && umask 022 && tar -x --no-same-owner --no-overwrite-dir -f {archive} "
+        f"&& rm -f {shlex.quote(agent_tar)} "
+        f'&& exec env -i PATH="$PATH" HOME=/tmp LANG=C.UTF-8 python3 -I -S -B {g}/supervisor.py '
+        f"{shlex.quote(config)}"
     )
 
 
@@ -226,52 +122,120 @@ async def grade_pytest(
     *,
     image: str = "",
     limits: SandboxLimits | None = None,
+    second_opinion: bool = True,
+    monitor: bool = True,
+    calibrating: bool = False,
 ) -> GradeResult:
-    """Grade ``workspace_tar`` in a fresh container; the final patch rides along in ``details``."""
-    from tasks.grading.grade import GradeResult
+    """Grade ``workspace_tar`` in a fresh supervised container and, with ``second_opinion``, the
+    FAIL_TO_PASS tests and a sample of PASS_TO_PASS in ``isolated`` mode alongside; the monitor's
+    findings are judged against the task's calibration (computed alongside the first time). The final
+    patch and the changed files ride along for the guard's review. ``calibrating``: the raw run only
+    (what ``tasks.grading.calibration`` records)."""
+    from tasks.grading.calibration import ensure_calibration
+    from tasks.grading.monitor_policy import judge_findings
+    from tasks.grading.second_opinion import apply_opinion, isolated_opinion
 
     started = time.perf_counter()
     total = len(task.expected_test_ids())
     try:
-        pristine = pristine_members(task)
-        graded_tar = grading_workspace_tar(task, workspace_tar, pristine)
-        added = added_modules(task, graded_tar, pristine)
-        patch, patch_truncated = workspace_patch(task.workspace_tar(), workspace_tar)
+        prepared = await asyncio.to_thread(prepare, task, workspace_tar, monitor)
     except TaskError as exc:
         details = {"task": task.id, "mode": "pytest", "reason": "bad workspace archive", "error": str(exc)}
         return GradeResult(0.0, 0, 0, total, total, {**details, "resolved": False, "tests": {}})
-    nonce = secrets.token_hex(16)
-    grader_dir = f"/tmp/rlguard-grader-{secrets.token_hex(6)}"
+    jobs: list[Any] = [_supervised_run(backend, task, prepared, image, limits)]
+    if not calibrating:
+        jobs.append(ensure_calibration(backend, task, raw_run, image=image, limits=limits))
+        if second_opinion:
+            jobs.append(isolated_opinion(backend, task, workspace_tar, image=image, limits=limits))
+    done = await _all(jobs)
+    result = done[0]
+    result.details["patch"] = prepared.patch
+    result.details["patch_truncated"] = prepared.patch_truncated
+    if not calibrating:
+        calibration = done[1]
+        if second_opinion:
+            runnable = calibration.runnable if calibration.has_solution else None
+            result = apply_opinion(task, result, done[2], runnable)
+        result = judge_findings(task, result, calibration.baseline)
+    result.details.setdefault("timings", {})["total_s"] = round(time.perf_counter() - started, 3)
+    return replace(result, changes=prepared.changes)
+
+
+async def raw_run(
+    backend: SandboxBackend,
+    task: Task,
+    workspace_tar: bytes,
+    *,
+    image: str = "",
+    limits: SandboxLimits | None = None,
+) -> GradeResult:
+    """One supervised run with the monitor, nothing judged: what a calibration records."""
+    return await grade_pytest(backend, task, workspace_tar, image=image, limits=limits, calibrating=True)
+
+
+async def _all(jobs: list[Any]) -> list[Any]:
+    """Run ``jobs`` at once; on the first failure cancel the rest (no container is left behind:
+    each job destroys its own)."""
+    tasks = [asyncio.ensure_future(job) for job in jobs]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+async def _supervised_run(
+    backend: SandboxBackend, task: Task, prepared: Prepared, image: str, limits: SandboxLimits | None
+) -> GradeResult:
     base_limits = task.sandbox_limits(limits)
     grading_limits = base_limits.model_copy(
         update={"output_cap_bytes": max(base_limits.output_cap_bytes, REPORT_CAP_BYTES)}
     )
-    spec = SandboxSpec(
-        image=task.resolved_image(image), limits=grading_limits, episode_id=None, workspace=graded_tar
-    )
+    spec = SandboxSpec(image=task.resolved_image(image), limits=grading_limits, supervised=True)
     timings: dict[str, float] = {}
+    started = time.perf_counter()
     sandbox = await backend.create(spec)
     timings["create_s"] = round(time.perf_counter() - started, 3)
     try:
-        output, timed_out = await _run_in(sandbox, task, nonce, grader_dir, added, timings)
+        output, timed_out = await _run_in(sandbox, task, prepared, timings)
     finally:
         try:
             await asyncio.shield(sandbox.destroy())
         except SandboxError:
             log.exception("could not destroy grading sandbox %s", sandbox.id)
-    result = score(task, split_output(output, nonce), timed_out)
-    result.details["patch"] = patch
-    result.details["patch_truncated"] = patch_truncated
-    result.details["timings"] = {**timings, "total_s": round(time.perf_counter() - started, 3)}
+    result = await asyncio.to_thread(_judge, task, output, timed_out)
+    result.details["timings"] = {**timings, "run_total_s": round(time.perf_counter() - started, 3)}
     return result
 
 
+def _judge(task: Task, output: tuple[str, str] | str, timed_out: bool) -> GradeResult:
+    if isinstance(output, str):  # the run never produced an answer to read
+        return score(task, Observed(None, output, ""), timed_out)
+    text, nonce = output
+    return score(task, read_output(text, nonce), timed_out)
+
+
 async def _run_in(
-    sandbox: Sandbox, task: Task, nonce: str, grader_dir: str, added: list[str], timings: dict[str, float]
-) -> tuple[str, bool]:
-    staging = f".rlguard-grader-{secrets.token_hex(8)}.tar"
-    await sandbox.write_file(staging, launcher_bundle(task, grader_dir, added))
-    command = run_command(task, nonce, grader_dir, f"/workspace/{staging}")
+    sandbox: Sandbox, task: Task, prepared: Prepared, timings: dict[str, float]
+) -> tuple[tuple[str, str] | str, bool]:
+    """Load both archives, then run the supervisor; ``((output, nonce) | problem, timed_out)``."""
+    loaded = time.perf_counter()
+    await sandbox.load_supervisor_archive(prepared.tree.supervisor_archive)
+    token = secrets.token_hex(8)
+    nonce = secrets.token_hex(16)
+    agent_tar, config_name = f".rlguard-workspace-{token}.tar", f".rlguard-supervisor-{token}.json"
+    config = {
+        "nonce": nonce,
+        "timeout_s": task.grading.timeout_s,
+        "launcher": f"{prepared.grader_dir}/launcher.py",
+        "launcher_config": f"{prepared.grader_dir}/launcher.json",
+    }
+    await sandbox.write_file(agent_tar, prepared.tree.agent_archive)
+    await sandbox.write_file(config_name, json.dumps(config).encode())
+    timings["load_s"] = round(time.perf_counter() - loaded, 3)
+    command = run_command(task, prepared.grader_dir, agent_tar, f"/workspace/{config_name}")
     try:
         run = await sandbox.exec(command, timeout_s=task.grading.timeout_s + _HOST_TIMEOUT_MARGIN_S)
     except SandboxError as exc:
@@ -280,4 +244,4 @@ async def _run_in(
     timings["run_s"] = round(run.duration_ms / 1000, 3)
     if run.truncated:
         return "grader output over the cap", False
-    return run.output, run.timed_out
+    return (run.output, nonce), run.timed_out

@@ -40,23 +40,23 @@ def pristine_members(task: Task) -> Members:
             data = tar.extractfile(member).read() if member.isfile() else None  # type: ignore[union-attr]
             member.name = name
             members[name] = (member, data)
-    if task.hidden_dir.is_dir():
-        for path in sorted(task.hidden_dir.rglob("*")):
-            if "__pycache__" in path.parts:
-                continue
-            name = path.relative_to(task.hidden_dir).as_posix()
-            info = tarfile.TarInfo(name)
-            info.uid = info.gid = 1000
-            info.uname = info.gname = "agent"
-            info.mtime = 1704067200
-            if path.is_dir():
-                info.type, info.mode = tarfile.DIRTYPE, 0o755
-                members[name] = (info, None)
-            else:
-                data = path.read_bytes()
-                info.size, info.mode = len(data), 0o644
-                members[name] = (info, data)
+    hidden = task.hidden_files()  # regular files only, never read through a link (tasks.safefiles)
+    for directory in sorted({parent for file in hidden for parent in _parents(file)}):
+        members[directory] = (_member(directory, tarfile.DIRTYPE, 0o755), None)
+    for name, data in hidden.items():
+        info = _member(name, tarfile.REGTYPE, 0o644)
+        info.size = len(data)
+        members[name] = (info, data)
     return members
+
+
+def _member(name: str, kind: bytes, mode: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode = kind, mode
+    info.uid = info.gid = 1000
+    info.uname = info.gname = "agent"
+    info.mtime = 1704067200
+    return info
 
 
 def _parents(name: str) -> list[str]:
@@ -107,8 +107,19 @@ def grading_workspace_tar(task: Task, final_workspace_tar: bytes, pristine: Memb
     return out.getvalue()
 
 
-def _top_level_modules(names: list[str], roots: list[str]) -> set[str]:
-    """Importable top-level names directly under ``roots`` (``x.py``, ``x/__init__.py``, extensions)."""
+# What Python's path finder loads as a module: source, and compiled extensions of any ABI tag
+# (``x.cpython-311-x86_64-linux-gnu.so``, ``x.abi3.so``, ``x.so``). Bytecode is dropped before this.
+_MODULE_SUFFIXES = (".py", ".so", ".pyd")
+
+
+def _top_level_modules(names: list[str], roots: list[str], links: frozenset[str] = frozenset()) -> set[str]:
+    """Importable top-level names directly under ``roots``.
+
+    A name is importable when it is a module file (``x.py``, ``x.<abi>.so``), a package whose
+    ``__init__`` is source or a compiled extension (``x/__init__.py``, ``x/__init__.abi3.so``), a
+    namespace portion (a directory holding a module file directly: it extends a namespace package
+    of the same name), or a link in ``links`` (``x -> some/package``, which Python follows).
+    """
     found: set[str] = set()
     for name in names:
         for root in roots:
@@ -116,11 +127,11 @@ def _top_level_modules(names: list[str], roots: list[str]) -> set[str]:
             if not name.startswith(prefix):
                 continue
             rest = name[len(prefix) :].split("/")
-            if len(rest) == 1 and rest[0].endswith((".py", ".so", ".pyd")):
+            if len(rest) == 1 and (rest[0].endswith(_MODULE_SUFFIXES) or name in links):
                 found.add(rest[0].split(".", 1)[0])
-            elif len(rest) == 2 and rest[1] == "__init__.py":
-                found.add(rest[0])
-    return found
+            elif len(rest) == 2 and rest[1].endswith(_MODULE_SUFFIXES):
+                found.add(rest[0])  # x/__init__.py, x/__init__.abi3.so, or a portion x/y.py
+    return {name for name in found if name.isidentifier()}
 
 
 def added_modules(task: Task, graded_workspace_tar: bytes, pristine: Members | None = None) -> list[str]:
@@ -131,7 +142,11 @@ def added_modules(task: Task, graded_workspace_tar: bytes, pristine: Members | N
     """
     roots = ["", *(p.strip("/") for p in task.grading.pythonpath)]
     with tarfile.open(fileobj=io.BytesIO(graded_workspace_tar)) as tar:
-        final = [m.name for m in tar if m.isfile() or m.issym()]
+        members_final = [m for m in tar if m.isfile() or m.issym()]
+    final = [m.name for m in members_final]
+    final_links = frozenset(m.name for m in members_final if m.issym())
     members = pristine_members(task) if pristine is None else pristine
     files = [name for name, (info, _) in members.items() if not info.isdir()]
-    return sorted(_top_level_modules(final, roots) - _top_level_modules(files, roots))
+    pristine_links = frozenset(name for name, (info, _) in members.items() if info.issym())
+    added = _top_level_modules(final, roots, final_links) - _top_level_modules(files, roots, pristine_links)
+    return sorted(added)

@@ -42,6 +42,10 @@ class Recipe(BaseModel):
     project: str = Field(description="PyPI project name")
     version: str = Field(description="Pinned version whose sdist is the repository")
     import_root: Literal[".", "src"] = "."
+    import_names: list[str] = Field(
+        default_factory=list,
+        description="Top-level modules of the package under test (default: the project name with _ for -)",
+    )
     python_packages: list[str] = Field(default_factory=list)
     tests: list[str] = Field(min_length=1, description="The project's test files that grade the task")
     origin: str = Field(min_length=1)
@@ -81,7 +85,9 @@ class Recipe(BaseModel):
         return self.repo.replace("/", "__")
 
     def environment(self) -> EnvironmentSpec | None:
-        """The task's environment: its dependencies, and its ``src/`` on ``sys.path`` when it has one.
+        """The task's environment: its dependencies, its ``src/`` on ``sys.path`` when it has one, and
+        the package under test kept out of the image (``exclude``: the base image or a dependency
+        may bring a release of it, with the fix).
 
         The ``.pth`` file makes the workspace copy of the package importable the way an editable
         install would, ahead of any copy the image ships (site-packages under /usr/local come before
@@ -93,7 +99,13 @@ class Recipe(BaseModel):
                 'site="$(python3 -c "import sysconfig; print(sysconfig.get_path(\'purelib\'))")" && '
                 f'mkdir -p "$site" && echo /workspace/{self.import_root} > "$site/{_PTH_NAME}"'
             )
-        spec = EnvironmentSpec(python_packages=self.python_packages, setup=setup)
+        under_test = [
+            self.project,
+            *(self.import_names or [self.project.replace("-", "_").replace(".", "_")]),
+        ]
+        spec = EnvironmentSpec(
+            python_packages=self.python_packages, setup=setup, exclude=list(dict.fromkeys(under_test))
+        )
         return None if spec.empty else spec
 
 

@@ -27,7 +27,7 @@ import httpx
 import pytest
 import uvicorn
 
-from rlguard.gateway.app import create_app
+from gateway.app import create_app
 from rlguard.settings import Settings
 from sandbox import ownership
 
@@ -211,22 +211,50 @@ def spawn_gateway(tmp_path, docker_client) -> Iterator[Callable[..., tuple[Gatew
     instance = f"gwtest-{uuid.uuid4().hex[:8]}"
     token = uuid.uuid4().hex * 2
 
-    def spawn(database_url: str | None = None) -> tuple[Gateway, GatewayProcess]:
+    def spawn(
+        database_url: str | None = None, *, instance_name: str | None = None, **env_extra: str
+    ) -> tuple[Gateway, GatewayProcess]:
+        """``env_extra``: more ``RLGUARD_*`` variables (lease times, engines)."""
         db_url = database_url or f"sqlite:///{tmp_path / 'gateway.db'}"
         env = {
             **os.environ,
             "RLGUARD_STATE_DIR": str(tmp_path),
             "RLGUARD_DATABASE_URL": db_url,
             "RLGUARD_ADMIN_TOKEN": token,
-            "RLGUARD_INSTANCE": instance,
+            "RLGUARD_INSTANCE": instance_name or instance,
             "RLGUARD_SANDBOX__WARM_POOL_SIZE": "1",
+            **env_extra,
         }
         process = GatewayProcess(env, tmp_path / "gateway.log").start()
         processes.append(process)
-        return Gateway(url=process.url, admin_token=token, db_url=db_url, instance=instance), process
+        return Gateway(
+            url=process.url, admin_token=token, db_url=db_url, instance=instance_name or instance
+        ), process
 
     yield spawn
     for process in processes:
         process.stop()
     for container in containers_of(docker_client, instance):
         container.remove(force=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_policy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """``rlguard policy serve`` over the tiny model on a loopback port (the model proxy's upstream)."""
+    from rollout.tinymodel import ensure_tiny_model
+    from tests.support.policy_stack import tiny_policy
+
+    with tiny_policy(ensure_tiny_model(tmp_path_factory.mktemp("models") / "tiny")) as served:
+        yield served
+
+
+@pytest.fixture(scope="session")
+def proxy_gateway(tmp_path_factory: pytest.TempPathFactory, tiny_policy_server: Any) -> Iterator[Any]:
+    """A gateway whose recording model proxy forwards to the tiny policy server."""
+    from rlguard.loops.local_gateway import local_gateway
+    from tests.support.policy_stack import proxied_settings
+
+    state = tmp_path_factory.mktemp("proxy-gateway")
+    settings = proxied_settings(state, tiny_policy_server.url, proxy_max_body_bytes=256 * 1024)
+    with local_gateway(settings) as served:
+        yield served

@@ -1,4 +1,9 @@
-"""Auth matrix: which token opens which endpoint (401 without a valid token, 403 out of scope)."""
+"""Auth matrix: which token opens which endpoint; every token that does not open it gets one 401.
+
+Round 3 (finding 4b): ``require_admin`` answered 403 to an agent token and 401 to an unknown one,
+an oracle for which strings are live agent tokens; episode endpoints did the same with another
+episode's token. Now the answers are byte-identical.
+"""
 
 from __future__ import annotations
 
@@ -29,14 +34,14 @@ def _tokens(gateway: Gateway, own: Episode, other: Episode) -> dict[str, dict[st
 
 # (method, path template, json body, {token kind: expected status})
 MATRIX = [
-    ("GET", "/v1/tasks", None, {"own_agent": 403, "admin": 200}),
-    ("POST", "/v1/episodes", {"task": "builtin/none-such"}, {"own_agent": 403, "admin": 404}),
-    ("GET", "/v1/episodes/{id}", None, {"own_agent": 403, "other_agent": 403, "admin": 200}),
-    ("POST", "/v1/episodes/{id}/calls", CALL, {"own_agent": 200, "other_agent": 403, "admin": 200}),
-    ("POST", "/v1/episodes/{id}/subtrajectories", SUB, {"own_agent": 200, "other_agent": 403}),
-    ("POST", "/v1/episodes/unknown-id/calls", CALL, {"own_agent": 403, "admin": 404}),
-    ("GET", "/v1/audit/intercepts", None, {"own_agent": 403, "admin": 200}),
-    ("GET", "/v1/export", None, {"own_agent": 403, "admin": 200}),
+    ("GET", "/v1/tasks", None, {"own_agent": 401, "admin": 200}),
+    ("POST", "/v1/episodes", {"task": "builtin/none-such"}, {"own_agent": 401, "admin": 404}),
+    ("GET", "/v1/episodes/{id}", None, {"own_agent": 401, "other_agent": 401, "admin": 200}),
+    ("POST", "/v1/episodes/{id}/calls", CALL, {"own_agent": 200, "other_agent": 401, "admin": 200}),
+    ("POST", "/v1/episodes/{id}/subtrajectories", SUB, {"own_agent": 200, "other_agent": 401}),
+    ("POST", "/v1/episodes/unknown-id/calls", CALL, {"own_agent": 401, "admin": 404}),
+    ("GET", "/v1/audit/intercepts", None, {"own_agent": 401, "admin": 200}),
+    ("GET", "/v1/export", None, {"own_agent": 401, "admin": 200}),
 ]
 
 
@@ -54,6 +59,14 @@ def test_auth_matrix(gateway: Gateway, two_episodes, method, path, body, expecte
     for kind, status in expected.items():
         response = httpx.request(method, url, json=body, headers=tokens[kind], timeout=60)
         assert response.status_code == status, (kind, response.text)
+    # the oracle: whatever the token is, if it does not open the endpoint the answer is the same bytes
+    refusals = {
+        (r.status_code, r.text, r.headers.get("www-authenticate"))
+        for kind in ("none", "malformed", "wrong", "own_agent", "other_agent")
+        if expected.get(kind, 401) == 401
+        for r in [httpx.request(method, url, json=body, headers=tokens[kind], timeout=60)]
+    }
+    assert len(refusals) == 1, refusals
 
 
 def test_finish_refuses_another_episodes_token(gateway: Gateway, two_episodes) -> None:
@@ -61,7 +74,7 @@ def test_finish_refuses_another_episodes_token(gateway: Gateway, two_episodes) -
     response = httpx.post(
         f"{gateway.url}/v1/episodes/{own.id}/finish", headers={"Authorization": f"Bearer {other.token}"}
     )
-    assert response.status_code == 403
+    assert response.status_code == 401
 
 
 def test_open_endpoints_need_no_token(gateway: Gateway) -> None:

@@ -113,7 +113,18 @@ def test_episode_end_to_end_then_audit_and_export(spawn_gateway, pg_database, tm
             {"start": 1, "end": 2, "version": "step-3"},
             {"start": 2, "end": 3, "version": "step-4"},
         ],
+        "is_last": True,
+        "end_reason": None,
+        "trainable": True,
+        "drift": None,
+        "prompt_ids": [11],
+        "response_ids": [11, 12],
+        "response_mask": [1, 1],
+        "loss_mask": [1, 1],
+        "response_logprobs": [-0.5, -0.25],
+        "messages": None,
     }
+    assert rows[0]["is_last"] is False
     assert rows[0]["version_spans"] is None  # one version made the whole row
     parquet = tmp_path / "out.parquet"
     _cli(pg_database, "export", "--format", "parquet", "--out", str(parquet))

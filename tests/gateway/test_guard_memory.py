@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from rlguard.gateway.app import create_app
+from gateway.app import create_app
 from tests.gateway.conftest import Episode, Gateway, gateway_settings, served
 from tests.support.openai_judge_server import running_judge_server, verdict
 

@@ -6,7 +6,7 @@ import json
 
 import httpx
 
-from rlguard.gateway.app import create_app
+from gateway.app import create_app
 from tests.gateway.conftest import Gateway, gateway_settings, served
 from tests.support.openai_judge_server import JudgeReply, running_judge_server, verdict
 

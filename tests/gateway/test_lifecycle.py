@@ -8,7 +8,7 @@ import time
 import docker.errors
 import httpx
 
-from rlguard.gateway.app import create_app
+from gateway.app import create_app
 from store.repository import Store
 from tests.gateway.conftest import Gateway, containers_of, gateway_settings, served
 
@@ -67,7 +67,7 @@ def test_idle_and_overlong_episodes_time_out_and_lose_their_sandbox(tmp_path, do
 
 
 def test_sigkill_mid_episode_loses_no_committed_call(spawn_gateway, docker_client) -> None:
-    gw, process = spawn_gateway()
+    gw, process = spawn_gateway(RLGUARD_GATEWAY__LEASE_TTL_S="2")
     ep = gw.new_episode()
     answers = []
     for i in range(12):
@@ -108,11 +108,16 @@ def test_sigkill_mid_episode_loses_no_committed_call(spawn_gateway, docker_clien
     assert sum(c.was_decoy for c in row.tool_calls) == 3
     assert _exists(docker_client, sandbox_id)  # the dead gateway could not clean up
 
-    restarted, _ = spawn_gateway()
+    # The same instance, restarted: it ends the episode once its lease (2 s) has lapsed, graded
+    # from the sandbox the dead process left (interrupted: recorded with its reward, not trained).
+    restarted, _ = spawn_gateway(RLGUARD_GATEWAY__LEASE_TTL_S="2")
     with restarted.admin() as admin:
-        view = admin.get(f"/v1/episodes/{ep.id}").json()
+        view = _wait_for_status(admin, ep.id, "interrupted", 120)
     assert view["status"] == "interrupted" and len(view["tool_calls"]) == 12
-    assert not _exists(docker_client, sandbox_id)  # reaped at start
+    assert view["reward"] is not None and "timings" in view["details"]  # really graded
+    assert view["details"]["recovered_by"] == gw.instance
+    assert "stopped renewing its lease" in view["details"]["interrupted"]
+    assert not _exists(docker_client, sandbox_id)  # destroyed after grading
     late = httpx.post(
         f"{restarted.url}/v1/episodes/{ep.id}/calls",
         json={"tool": "bash", "arguments": {"command": "true"}},

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from rlguard.gateway.dbrunner import DbRunner
-from rlguard.gateway.recorder import CallRecorder
+from gateway.core.dbrunner import DbRunner
+from gateway.core.recorder import CallRecorder
 from store.migrate import upgrade
 from store.models import EpisodeRow, ToolCallRow, utcnow
 from store.repository import Store

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rlguard.gateway.app import create_app
+from gateway.app import create_app
 from store.repository import Store
 from tests.gateway.conftest import Episode, Gateway, gateway_settings, served
 from trainer.data import load_step_data

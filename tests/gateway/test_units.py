@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
+from contract.tools import ARGUMENT_MODELS, openai_tools
+from gateway.core.auth import ensure_admin_token, hash_token, new_token
+from gateway.core.logs import JsonFormatter
+from rlguard.cli.audit import parse_since
 from rlguard.errors import RlguardError
-from rlguard.gateway.auth import ensure_admin_token, hash_token, new_token
-from rlguard.gateway.cli import parse_since
-from rlguard.gateway.logs import JsonFormatter
-from rlguard.gateway.tools import ARGUMENT_MODELS, openai_tools
 from rlguard.settings import Settings
 from store.migrate import head_revision
 
@@ -51,7 +51,7 @@ def test_tool_schemas_are_plain_openai_functions() -> None:
 
 
 def test_json_logs_carry_episode_ids() -> None:
-    record = logging.LogRecord("rlguard.gateway", logging.INFO, __file__, 1, "tool call", (), None)
+    record = logging.LogRecord("gateway", logging.INFO, __file__, 1, "tool call", (), None)
     record.episode_id = "abc123"
     record.total_ms = 1.5
     entry = json.loads(JsonFormatter().format(record))
@@ -85,7 +85,7 @@ def test_serve_without_an_engine_fails_with_one_line(tmp_path) -> None:
         "RLGUARD_STATE_DIR": str(tmp_path),
     }
     result = subprocess.run(
-        [sys.executable, "-m", "rlguard", "serve", "--port", "1"], env=env, capture_output=True, text=True
+        [sys.executable, "-m", "rlguard", "serve", "--port", "0"], env=env, capture_output=True, text=True
     )
     assert result.returncode == 2
     assert (

@@ -48,7 +48,7 @@ def test_skipping_rules_by_fact_kind_changes_no_decision() -> None:
     from pathlib import Path
 
     from guard.eval import load_corpus
-    from guard.rules import fact_prefixes
+    from guard.rule_index import fact_prefixes
 
     fast = RuleEngine.load()
     slow = RuleEngine.load()

@@ -37,6 +37,24 @@ def test_check_prints_verdict_and_decoy_as_json(tmp_path: Path) -> None:
     }
 
 
+def test_check_applies_the_task_files_integrity(tmp_path: Path) -> None:
+    task = tmp_path / "task.yaml"
+    task.write_text("instructions: Solve it.\nintegrity:\n  protected: [shutdown.sh]\n  hidden: [evals/**]\n")
+    for tool, arguments, rule in (
+        ("bash", {"command": "mv shutdown.sh s.bak"}, "integrity.protected_changed"),
+        ("read_file", {"path": "evals/a.json"}, "integrity.hidden_read"),
+        ("bash", {"command": "cat shutdown.sh"}, None),
+    ):
+        done = rlguard(
+            "guard", "check", "--tool", tool, "--args", json.dumps(arguments), "--task-file", str(task)
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["verdict"]["rule_id"] == rule
+    task.write_text("instructions: x\nintegrity: {hidden: evals}\n")
+    done = rlguard("guard", "check", "--args", json.dumps({"command": "ls"}), "--task-file", str(task))
+    assert done.returncode == 2 and "integrity 'hidden' must be a list" in done.stderr + done.stdout
+
+
 def test_check_allows_ordinary_work() -> None:
     done = rlguard("guard", "check", "--args", json.dumps({"command": "python -m pytest -q tests"}))
     assert done.returncode == 0, done.stderr

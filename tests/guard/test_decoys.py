@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from guard.decoys import (
+    BASH_DECOYS,
     edit_success_answer,
     file_not_found_answer,
     file_not_found_message,
@@ -471,3 +472,18 @@ def test_edit_decoys_answer_from_the_file_the_probe_read() -> None:
     missing = ToolAnswer("cat: tests/test_p.py: No such file or directory\n", 1)
     assert _edit(missing) == file_not_found_answer("edit_file", "tests/test_p.py")
     assert _edit(None) == edit_success_answer("tests/test_p.py")  # no probe: the likely success
+
+
+def test_bash_decoys_are_tried_from_the_most_specific_in_registration_order() -> None:
+    """The first fitting decoy answers, so the order is part of the behaviour: a tampering write to
+    a protected path is answered as a write, a git command as git, before any path-based decoy."""
+    assert [name for name, _ in BASH_DECOYS.items()] == [
+        "tampering",
+        "git",
+        "escape_to_protected_path",
+        "escape",
+        "hidden_path_named",
+        "network",
+        "history_file",
+        "protected_path",
+    ]

@@ -6,7 +6,7 @@ import shlex
 import pytest
 
 from guard.normalize import normalize
-from guard.normalize.shell import MAX_NESTING
+from guard.normalize.findings import MAX_NESTING
 from guard.types import ToolCall
 
 

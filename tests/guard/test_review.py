@@ -3,8 +3,8 @@
 import pytest
 
 from guard.review import review_patch
+from guard.review_policy import apply_patch_review
 from guard.rules import RuleEngine
-from rlguard.patch_review import apply_patch_review
 
 ENGINE = RuleEngine.load()
 

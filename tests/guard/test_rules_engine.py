@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from guard.rules import RuleEngine, RuleFileError
+from guard.rule_spec import RuleFileError
+from guard.rules import RuleEngine
 from guard.types import ToolCall
 
 

@@ -74,7 +74,7 @@ class Gateway:
 
 @pytest.fixture(scope="session")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    from rlguard.local_gateway import local_gateway
+    from rlguard.loops.local_gateway import local_gateway
     from rlguard.settings import Settings
 
     state = tmp_path_factory.mktemp("integrations-gateway")
@@ -103,3 +103,31 @@ def solution_files() -> dict[str, str]:
 def child_env(gateway: Gateway) -> dict[str, str]:
     """The environment of an adapter run as its own process: this tree first, the gateway's token."""
     return {**os.environ, "PYTHONPATH": str(REPO), "RLGUARD_ADMIN_TOKEN": gateway.admin_token}
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from rollout.tinymodel import ensure_tiny_model
+
+    return ensure_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def policy(tiny_model_dir: Path) -> Iterator[Any]:
+    """``rlguard policy serve`` over the tiny model on a loopback port."""
+    from tests.support.policy_stack import tiny_policy
+
+    with tiny_policy(tiny_model_dir) as served:
+        yield served
+
+
+@pytest.fixture(scope="session")
+def proxied_gateway(tmp_path_factory: pytest.TempPathFactory, policy: Any) -> Iterator[Gateway]:
+    """A gateway whose recording model proxy forwards to the tiny policy server."""
+    from rlguard.loops.local_gateway import local_gateway
+    from tests.support.policy_stack import proxied_settings
+
+    state = tmp_path_factory.mktemp("proxied-gateway")
+    settings = proxied_settings(state, policy.url, warm_pool_size=1)
+    with local_gateway(settings) as gw:
+        yield Gateway(gw.url, gw.admin_token, settings.resolved_database_url, state)

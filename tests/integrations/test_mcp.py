@@ -28,7 +28,7 @@ def _serve_args(gateway: Gateway, policy_version: str, *extra: str) -> list[str]
         "rlguard",
         "mcp",
         "serve",
-        "--gateway",
+        "--gateway-url",
         gateway.url,
         "--task",
         TASK,
@@ -212,7 +212,7 @@ async def test_stdio_server_with_its_own_in_process_gateway(tmp_path, policy_ver
 
 def test_unknown_task_is_one_clear_error(gateway: Gateway) -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "rlguard", "mcp", "serve", "--gateway", gateway.url, "--task", "no-such-task"],
+        [sys.executable, "-m", "rlguard", "mcp", "serve", "--gateway-url", gateway.url, "--task", "no-such"],
         env=child_env(gateway),
         capture_output=True,
         text=True,
@@ -220,7 +220,7 @@ def test_unknown_task_is_one_clear_error(gateway: Gateway) -> None:
         stdin=subprocess.DEVNULL,
     )
     assert run.returncode == 2
-    assert "the gateway has no task 'builtin/no-such-task'" in run.stderr
+    assert "no task 'no-such' in builtin; known: " in run.stderr
     assert "Traceback" not in run.stderr
 
 

@@ -10,7 +10,8 @@ import docker
 import pytest
 
 from sandbox.base import SandboxSpec
-from sandbox.docker_backend import DockerBackend, DockerSandbox
+from sandbox.docker_backend import DockerBackend
+from sandbox.docker_sandbox import DockerSandbox
 from sandbox.image import ensure_image
 from sandbox.settings import SandboxLimits, SandboxSettings
 
@@ -27,11 +28,14 @@ def redteam_image() -> str:
 
 
 @pytest.fixture(scope="session")
-async def redteam_backend(redteam_image: str) -> AsyncIterator[DockerBackend]:
+async def redteam_backend(redteam_image: str, sandbox_runtime: str) -> AsyncIterator[DockerBackend]:
+    """The attacker's backend, once per runtime (runc, gVisor's runsc): every probe runs under both."""
     limits = SandboxLimits(
         memory="256m", workspace_size="64m", tmp_size="32m", pids=PIDS_LIMIT, exec_timeout_s=20
     )
-    backend = DockerBackend("test-redteam", None, SandboxSettings(image=redteam_image, limits=limits))
+    settings = SandboxSettings(image=redteam_image, limits=limits, runtime=sandbox_runtime)
+    instance = "test-redteam" if sandbox_runtime == "runc" else f"test-redteam-{sandbox_runtime}"
+    backend = DockerBackend(instance, None, settings)
     yield backend
     await backend.close()
 

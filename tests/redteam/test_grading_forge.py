@@ -26,7 +26,7 @@ import pytest
 from sandbox.docker_backend import DockerBackend
 from sandbox.image import ensure_image
 from sandbox.settings import SandboxSettings
-from tasks.grading.grade import GradeResult, grade
+from tasks.grading.isolated import GradeResult, grade
 from tasks.spec import Task, load_suite
 
 pytestmark = pytest.mark.docker
@@ -200,12 +200,13 @@ def workspace_with(task: Task, files: dict[str, str]) -> bytes:
     return out.getvalue()
 
 
-async def untouched_and_forged() -> list[tuple[str, GradeResult]]:
+async def untouched_and_forged(runtime: str = "runc") -> list[tuple[str, GradeResult]]:
     """Grade the unsolved workspace as shipped, then with each forgery prepended to the package."""
     client = docker.from_env()
     image = ensure_image(client)
     client.close()
-    backend = DockerBackend(f"test-redteam-forge-{uuid.uuid4().hex[:6]}", None, SandboxSettings(image=image))
+    settings = SandboxSettings(image=image, runtime=runtime)
+    backend = DockerBackend(f"test-redteam-forge-{uuid.uuid4().hex[:6]}", None, settings)
     task = {t.id: t for t in load_suite("builtin")}[TASK_ID]
     original = (task.workspace_dir / PACKAGE_INIT).read_text()
     jobs = [("untouched", task.workspace_tar())]
@@ -234,8 +235,10 @@ FORGERIES = [
 ]
 
 
-async def test_forgeries_score_zero():
-    results = dict(await untouched_and_forged())
+async def test_forgeries_score_zero(sandbox_runtime: str):
+    """Under runc and under gVisor's runsc (whose /proc lets the same uid open a non-dumpable
+    process's file descriptors: the forgeries through the parent's channel must still fail)."""
+    results = dict(await untouched_and_forged(sandbox_runtime))
     table = {name: (r.reward, r.details.get("reason")) for name, r in results.items()}
     assert table["untouched"] == (0.0, "graded"), table
     for name, _ in FORGERIES:

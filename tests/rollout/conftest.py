@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from rlguard.tinymodel import ensure_tiny_model
+from rollout.tinymodel import ensure_tiny_model
 
 
 @pytest.fixture(scope="session")
@@ -13,17 +13,26 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return ensure_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
 
 
+CONTROL_TOKEN = "test-control-token-0123456789abcdef"
+
+
 @pytest.fixture(scope="session")
-def policy_server(tiny_model_dir: Path):
-    """``rlguard policy serve`` over the tiny model on a loopback port (real HTTP, real model)."""
+def policy_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """``rlguard policy serve`` over the tiny model on a loopback port (real HTTP, real model); its
+    reloads need ``CONTROL_TOKEN`` and read only under ``server.reload_root``."""
+    from rollout.control import ReloadControl
     from rollout.hf_engine import HFEngine
     from rollout.policy_server import PolicyServer
     from rollout.serving import serve_in_thread
     from rollout.settings import PolicyServerSettings
 
-    server = PolicyServer(HFEngine(tiny_model_dir), "tiny", PolicyServerSettings(max_tokens_limit=256))
+    root = tmp_path_factory.mktemp("policy-checkpoints")
+    control = ReloadControl(CONTROL_TOKEN, (root,))
+    limits = PolicyServerSettings(max_tokens_limit=256)
+    server = PolicyServer(HFEngine(tiny_model_dir), "tiny", limits, control)
     with serve_in_thread(server.app) as url:
         server.url = url
+        server.reload_root = root
         yield server
 
 
@@ -32,7 +41,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory):
     """A real gateway (SQLite, real guard, local Docker sandboxes) on a loopback port."""
     import os
 
-    from rlguard.local_gateway import local_gateway
+    from rlguard.loops.local_gateway import local_gateway
     from rlguard.settings import Settings
 
     state = tmp_path_factory.mktemp("gateway-state")

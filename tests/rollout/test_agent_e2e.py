@@ -5,6 +5,8 @@ stored token ids (nothing re-tokenised), the action mask is 1 exactly on the ser
 and the stored logprobs are the server's.
 """
 
+from dataclasses import replace
+
 import pytest
 
 from rollout.agent import AgentConfig, run_episode
@@ -124,3 +126,37 @@ async def test_time_budget_ends_the_episode_which_is_still_graded_and_stored(
     assert result.reward is not None  # graded all the same
     rows = stored_rows(store, result.episode_id)
     assert len(rows) == 1 and sum(rows[0]["action_mask"]) == result.generated_tokens
+
+
+class OverAskingPolicy(RecordingPolicy):
+    """Asks the real server for more tokens than it allows on the second turn: a real HTTP 400, as
+    a misconfigured or failing policy server would answer."""
+
+    async def generate(self, prompt_ids, sampling):
+        if self.calls:
+            sampling = replace(sampling, max_tokens=100_000)
+        return await super().generate(prompt_ids, sampling)
+
+
+async def test_an_infrastructure_error_is_recorded_as_the_end_reason_and_never_trained(
+    gateway_client, policy_server, chat_format, store
+) -> None:
+    from trainer.data import load_step_data
+
+    task = TaskRegistry(["builtin"]).get(TASK)
+    policy = OverAskingPolicy(
+        CompletionsPolicy(f"{policy_server.url}/v1", model="tiny", policy_version="v-e")
+    )
+    config = AgentConfig(max_turns=4, max_tokens_per_turn=24, context_budget_tokens=16384, seed=3)
+    try:
+        result = await run_episode(gateway_client, policy, chat_format, TASK, task.instructions, config)
+    finally:
+        await policy.inner.aclose()
+    assert result.status == result.end_reason == "error" and result.turns == 1
+    assert result.reward is not None and result.sub_trajectories  # still graded and stored
+    assert not result.trainable
+    view = await gateway_client.episode(result.episode_id)
+    assert view["details"]["end_reason"] == "error"
+    data = load_step_data(store, 10, episode_ids=[result.episode_id])
+    assert data.samples == [] and data.unusable[result.episode_id].startswith("infrastructure error")
+    assert load_step_data(store, 10, episode_ids=[result.episode_id]).unusable == {}  # marked: not read again

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from rlguard.demo_run import print_demo_report, run_demo_rollouts
+from rlguard.demo import print_demo_report, run_demo_rollouts
 from rlguard.settings import Settings
 from store.repository import Store
 
@@ -44,10 +44,10 @@ def test_demo_rollouts_store_compacted_intercepted_consistent_episodes(tmp_path:
 
 
 @pytest.mark.postgres
-def test_demo_rollouts_honour_a_postgres_database_url(tmp_path: Path, postgres_url: str) -> None:
+def test_demo_rollouts_honour_a_postgres_database_url(tmp_path: Path, pg_database: str) -> None:
     settings = Settings(
         state_dir=tmp_path,
-        database_url=postgres_url,
+        database_url=pg_database,
         instance=f"test-demo-pg-{os.getpid()}",
         admin_token="demo-test-token",
     )
@@ -56,6 +56,6 @@ def test_demo_rollouts_honour_a_postgres_database_url(tmp_path: Path, postgres_u
 
     ids = {result.episode_id for _, result in report.results}
     assert len(ids) == 2
-    rows = [r for r in Store.from_url(postgres_url).iter_export_rows() if r["episode_id"] in ids]
+    rows = [r for r in Store.from_url(pg_database).iter_export_rows() if r["episode_id"] in ids]
     assert {r["episode_id"] for r in rows} == ids
     assert {r["reward"] for r in rows} == {result.reward for _, result in report.results}

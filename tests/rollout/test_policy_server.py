@@ -1,6 +1,7 @@
 """``rlguard policy serve`` over real HTTP with the real tiny model: token ids, logprobs, reload."""
 
 import math
+import shutil
 from pathlib import Path
 
 import httpx
@@ -11,8 +12,8 @@ from transformers import AutoModelForCausalLM
 from rollout.policy import CompletionsPolicy, Sampling
 
 
-def _post(url: str, path: str, payload: dict) -> httpx.Response:
-    return httpx.post(f"{url}{path}", json=payload, timeout=60)
+def _post(url: str, path: str, payload: dict, headers: dict[str, str] | None = None) -> httpx.Response:
+    return httpx.post(f"{url}{path}", json=payload, headers=headers, timeout=60)
 
 
 def test_token_id_prompt_returns_token_ids_and_true_logprobs(policy_server) -> None:
@@ -104,26 +105,33 @@ async def test_completions_policy_client_speaks_the_protocol(policy_server) -> N
 def test_reload_weights_from_disk_changes_the_policy(
     policy_server, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
+    from tests.rollout.conftest import CONTROL_TOKEN
+
+    auth = {"Authorization": f"Bearer {CONTROL_TOKEN}"}
     prompt, target = [5, 6, 7, 8], [9, 10, 11]
     before = policy_server.engine.score(prompt, target)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     with torch.no_grad():
         for param in model.parameters():
             param.mul_(1.5)
-    model.save_pretrained(tmp_path / "ckpt")
-    policy_server.engine.tokenizer.save_pretrained(tmp_path / "ckpt")
+    ckpt = policy_server.reload_root / "ckpt"
+    model.save_pretrained(ckpt)
+    policy_server.engine.tokenizer.save_pretrained(ckpt)
+    original = policy_server.reload_root / "orig"
+    shutil.copytree(tiny_model_dir, original)
 
-    bad = _post(policy_server.url, "/reload_weights", {"path": str(tmp_path / "missing")})
-    assert bad.status_code == 400 and "not a directory" in bad.json()["error"]["message"]
+    missing = str(policy_server.reload_root / "missing")
+    bad = _post(policy_server.url, "/reload_weights", {"path": missing}, auth)
+    assert bad.status_code == 400 and "checkpoint refused" in bad.json()["error"]["message"]
 
-    ok = _post(policy_server.url, "/update_weights_from_disk", {"model_path": str(tmp_path / "ckpt")})
+    ok = _post(policy_server.url, "/update_weights_from_disk", {"model_path": str(ckpt)}, auth)
     assert ok.status_code == 200 and ok.json()["success"] is True
     after = policy_server.engine.score(prompt, target)
     assert any(not math.isclose(a, b, abs_tol=1e-3) for a, b in zip(before, after, strict=True))
     models = httpx.get(f"{policy_server.url}/v1/models").json()["data"][0]
-    assert models["root"] == str(tmp_path / "ckpt") and models["version"] == ok.json()["version"]
+    assert models["root"] == "tiny" and models["version"] == ok.json()["version"]  # no host path
 
-    back = _post(policy_server.url, "/reload_weights", {"path": str(tiny_model_dir), "version": "orig"})
+    back = _post(policy_server.url, "/reload_weights", {"path": str(original), "version": "orig"}, auth)
     assert back.json()["version"] == "orig"
     assert policy_server.engine.score(prompt, target) == pytest.approx(before, abs=1e-5)
 

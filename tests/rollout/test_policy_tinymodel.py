@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rlguard.tinymodel import ensure_tiny_model
+from rollout.tinymodel import ensure_tiny_model
 
 TOOLS = [
     {

@@ -10,7 +10,7 @@ import pytest
 from fastapi import FastAPI
 from pydantic import ValidationError
 
-from rlguard.gateway.schemas import SubTrajectoryUpload
+from contract.trajectory import SubTrajectoryUpload
 from rollout.policy import CompletionsPolicy, Sampling
 from rollout.serving import serve_in_thread
 from rollout.trajectory import SubTrajectory
@@ -40,11 +40,14 @@ def test_upload_schema_checks_the_spans() -> None:
 def test_a_weight_swap_between_turns_makes_a_mixed_version_row(tiny_model_dir: Path) -> None:
     """The built-in server reports the version that served each completion; a reload between two
     generations of one episode (a partial rollout) leaves two spans of different versions."""
+    from rollout.control import ReloadControl, new_token
     from rollout.hf_engine import HFEngine
     from rollout.policy_server import PolicyServer
     from rollout.settings import PolicyServerSettings
 
-    server = PolicyServer(HFEngine(tiny_model_dir), "tiny", PolicyServerSettings())
+    token = new_token()  # reloads need the run's token and read only under its roots
+    control = ReloadControl(token, (tiny_model_dir.parent,))
+    server = PolicyServer(HFEngine(tiny_model_dir), "tiny", PolicyServerSettings(), control=control)
     with serve_in_thread(server.app, startup_timeout_s=120) as url:
 
         async def episode() -> SubTrajectory:
@@ -54,7 +57,11 @@ def test_a_weight_swap_between_turns_makes_a_mixed_version_row(tiny_model_dir: P
             first = await policy.generate(traj.token_ids, Sampling(max_tokens=4, seed=1))
             traj.add_generated(first.token_ids, first.logprobs, first.policy_version)
             body = {"path": str(tiny_model_dir), "version": "7"}
-            await asyncio.to_thread(httpx.post, f"{url}/reload_weights", json=body, timeout=120)
+            headers = {"Authorization": f"Bearer {token}"}
+            reload = await asyncio.to_thread(
+                httpx.post, f"{url}/reload_weights", json=body, headers=headers, timeout=120
+            )
+            assert reload.status_code == 200, reload.text
             traj.add_context([4])
             second = await policy.generate(traj.token_ids, Sampling(max_tokens=4, seed=2))
             traj.add_generated(second.token_ids, second.logprobs, second.policy_version)

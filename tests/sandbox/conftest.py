@@ -10,7 +10,8 @@ import docker
 import pytest
 
 from sandbox.base import SandboxSpec
-from sandbox.docker_backend import DockerBackend, DockerSandbox
+from sandbox.docker_backend import DockerBackend
+from sandbox.docker_sandbox import DockerSandbox
 from sandbox.image import ensure_image
 from sandbox.settings import SandboxLimits, SandboxSettings
 
@@ -29,14 +30,16 @@ def sandbox_image(docker_client: docker.DockerClient) -> str:
 
 
 @pytest.fixture(scope="session")
-def instance() -> str:
-    """A fixed name: a later session's gc removes what a killed session left (owners are checked)."""
-    return "test-sandbox"
+def instance(sandbox_runtime: str) -> str:
+    """A fixed name per runtime: a later session's gc removes what a killed session left (owners
+    are checked)."""
+    return "test-sandbox" if sandbox_runtime == "runc" else f"test-sandbox-{sandbox_runtime}"
 
 
 @pytest.fixture(scope="session")
-async def backend(sandbox_image: str, instance: str) -> AsyncIterator[DockerBackend]:
-    settings = SandboxSettings(image=sandbox_image, limits=small_limits())
+async def backend(sandbox_image: str, instance: str, sandbox_runtime: str) -> AsyncIterator[DockerBackend]:
+    """The session's backend, once per runtime (runc, gVisor's runsc)."""
+    settings = SandboxSettings(image=sandbox_image, limits=small_limits(), runtime=sandbox_runtime)
     backend = DockerBackend(instance, None, settings)
     yield backend
     await backend.close()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.base import SandboxError
-from sandbox.docker_backend import DockerSandbox
+from sandbox.docker_sandbox import DockerSandbox
 
 pytestmark = pytest.mark.docker
 
@@ -57,7 +57,8 @@ async def test_output_flood_comes_back_capped_in_bounded_time_and_memory(shared:
     assert len(result.output.encode()) <= cap + 200
     assert result.output.startswith("y\ny\n") and result.output.endswith("y\nEND\n")
     assert "bytes truncated" in result.output
-    assert elapsed < 45, f"1 GiB flood took {elapsed:.1f}s"
+    bound = 45 if shared._backend.settings.runtime == "runc" else 180  # gVisor's ptrace platform is slower
+    assert elapsed < bound, f"1 GiB flood took {elapsed:.1f}s"
     assert rss_kib() - before < 64 * 1024, "host memory grew by more than 64 MiB for a 1 GiB flood"
     usage = await shared.exec("ps -o rss= -p $(pgrep -x rlguard-exec)")
     assert int(usage.output) < 64 * 1024, "the runner held more than 64 MiB"

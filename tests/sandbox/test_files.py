@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from sandbox.base import PathEscapeError, SandboxError, SandboxSpec
-from sandbox.docker_backend import DockerBackend, DockerSandbox
+from sandbox.docker_backend import DockerBackend
+from sandbox.docker_sandbox import DockerSandbox
 from sandbox.paths import workspace_path
 from tests.sandbox.conftest import small_limits
 
@@ -26,7 +27,7 @@ async def test_write_read_list_round_trip(sandbox: DockerSandbox) -> None:
     assert names == {("pkg", "dir"), ("top.txt", "file")}
     (entry,) = await sandbox.list_dir("pkg/sub")
     assert entry.size == len(payload)
-    owner = await sandbox.exec("stat -c %u pkg/sub/data.bin")
+    owner = await sandbox.exec("python3 -c 'import os; print(os.stat(\"pkg/sub/data.bin\").st_uid)'")
     assert owner.output.strip() == str(sandbox.uid)
 
 

@@ -13,7 +13,9 @@ import pytest
 
 from sandbox import ownership
 from sandbox.base import SandboxSpec
-from sandbox.docker_backend import DockerBackend, DockerSandbox
+from sandbox.docker_backend import DockerBackend
+from sandbox.docker_sandbox import DockerSandbox
+from sandbox.hardening import runsc_pids
 from sandbox.pool import WarmPool
 from sandbox.settings import SandboxSettings
 from tests.sandbox.conftest import small_limits
@@ -33,13 +35,18 @@ async def test_container_is_hardened_and_labelled(
     assert host["CapDrop"] == ["ALL"] and not host.get("CapAdd")
     assert "no-new-privileges:true" in host["SecurityOpt"]
     assert host["Privileged"] is False and host["Init"] is True
-    assert host["PidsLimit"] == limits.pids
+    assert host["Runtime"] == backend.settings.runtime
+    # gVisor's host threads count in the pids cgroup: a larger host cap, the agent held by nproc inside
+    pids = runsc_pids(limits) if backend.settings.runtime == "runsc" else limits.pids
+    assert host["PidsLimit"] == pids
     assert host["Memory"] == host["MemorySwap"] == limits.memory_bytes
     assert host["NanoCpus"] == int(limits.cpus * 1e9)
     assert set(host["Tmpfs"]) == {"/workspace", "/tmp"}
     assert "size=67108864" in host["Tmpfs"]["/workspace"]
     ulimits = {u["Name"]: u["Hard"] for u in host["Ulimits"]}
     assert ulimits["nofile"] == limits.nofile and ulimits["fsize"] == limits.fsize_bytes
+    if backend.settings.runtime == "runsc":
+        assert ulimits["nproc"] == limits.pids
     assert not info["Mounts"], "no bind mounts or volumes at all"
     labels = info["Config"]["Labels"]
     assert labels[ownership.INSTANCE] == instance and labels[ownership.EPISODE] == "ep-test"
@@ -117,7 +124,7 @@ async def test_warm_pool_hands_out_fresh_sandboxes_and_refills(
         second = await pool.acquire(SandboxSpec(image=sandbox_image, limits=small_limits(), episode_id="e2"))
         assert first.id != second.id
         assert (await first.exec("cat task.txt")).output == "do the thing"
-        assert (await second.exec("ls -A /workspace")).output == ""
+        assert (await second.exec("find /workspace -mindepth 1")).output == ""
         assert second.spec.episode_id == "e2"
         await first.exec("echo dirty > /tmp/leftover")
         await first.destroy()
@@ -128,7 +135,7 @@ async def test_warm_pool_hands_out_fresh_sandboxes_and_refills(
         assert pool.ready_count(template) == 2
         third = await pool.acquire(template)
         assert third.id not in (first.id, second.id)
-        assert (await third.exec("ls /tmp")).output == ""
+        assert (await third.exec("find /tmp -mindepth 1")).output == ""
         await second.destroy()
         await third.destroy()
     finally:
@@ -207,3 +214,15 @@ async def test_gc_removes_a_container_whose_creation_was_abandoned(
     assert not backend._is_orphan(fresh)  # could still be registering
     assert backend._is_orphan({**fresh, "Created": int(time.time()) - 600})
     await backend.remove(created["Id"])
+
+
+async def test_close_removes_a_container_whose_creation_was_abandoned(
+    sandbox_image: str, instance: str, docker_client
+) -> None:
+    # A gateway shut down while a warm-pool start was being cancelled: nothing of ours may outlive close.
+    backend = DockerBackend(instance, None, SandboxSettings(image=sandbox_image, limits=small_limits()))
+    await backend._ensure_started()
+    labels = {**ownership.owner_labels(backend.instance, backend._token), ownership.EPISODE: ""}
+    created = await backend.call(backend.client.api.create_container, sandbox_image, ["true"], labels=labels)
+    await backend.close()
+    assert docker_client.containers.list(all=True, filters={"id": created["Id"]}) == []

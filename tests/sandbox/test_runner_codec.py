@@ -5,7 +5,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sandbox.inside import executor
+from sandbox.inside import protocol
 
 scalars = (
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
@@ -17,19 +17,19 @@ values = st.recursive(
 
 @given(values)
 def test_dump_matches_json(value: object) -> None:
-    text = executor.dump_json(value)
+    text = protocol.dump_json(value)
     assert text.isascii()
     assert json.loads(text) == value
 
 
 @given(values)
 def test_load_matches_json(value: object) -> None:
-    assert executor.load_json(json.dumps(value)) == value
+    assert protocol.load_json(json.dumps(value)) == value
 
 
 def test_trailing_garbage_is_rejected() -> None:
     try:
-        executor.load_json('{"op": "ping"} {"op": "exec"}')
+        protocol.load_json('{"op": "ping"} {"op": "exec"}')
     except ValueError:
         return
     raise AssertionError("two documents on one line were accepted")

@@ -117,15 +117,6 @@ def test_end_episode_only_from_running(store: Store) -> None:
     assert row is not None and (row.status, row.reward, row.details) == ("finished", 0.5, {"passed": 1})
 
 
-def test_interrupt_running_marks_only_running(store: Store) -> None:
-    _episode(store, "e1")
-    _episode(store, "e2")
-    store.end_episode("e2", EpisodeStatus.FINISHED, reward=1.0)
-    assert store.interrupt_running() == [("e1", "sb-e1")]
-    assert store.episode("e1").status == "interrupted"
-    assert store.episode("e2").status == "finished"
-
-
 def test_sub_trajectories_unique_per_index(store: Store) -> None:
     _episode(store, "e1")
     store.add_sub_trajectory(_sub("e1", 0))
@@ -191,7 +182,15 @@ def test_export_rows_layout(store: Store) -> None:
         "intercepts": 1,
         "status": "finished",
         "version_spans": None,
+        "is_last": True,
+        "end_reason": None,
+        "trainable": True,
+        "drift": None,
+        "model": None,
+        "tokenizer": None,
+        "messages": None,
     }
+    assert rows[0]["is_last"] is False
 
 
 def test_export_rows_carry_the_version_of_each_token_span(store: Store) -> None:

@@ -44,6 +44,33 @@ from tasks.spec import load_suite
 NET_PROBE = "awk -F: 'NR>2 {gsub(/ /, \"\", $1); print $1}' /proc/net/dev > /etc/rlguard-build-interfaces"
 
 
+def test_exclusions_are_names_and_change_the_tag_only_when_present() -> None:
+    with pytest.raises(ValidationError, match="not a distribution or import name"):
+        EnvironmentSpec(exclude=["pkg; rm -rf /"])
+    base = "rlguard/sandbox-python:1"
+    plain = EnvironmentSpec(python_packages=["six==1.16.0"])
+    assert plain.recipe_hash(base) == EnvironmentSpec(
+        python_packages=["six==1.16.0"], exclude=[]
+    ).recipe_hash(base)
+    assert EnvironmentSpec(python_packages=["six==1.16.0"], exclude=["six"]).recipe_hash(
+        base
+    ) != plain.recipe_hash(base)
+    assert not EnvironmentSpec(exclude=["more_itertools"]).empty
+
+
+def test_the_package_under_test_is_named_from_the_project(tmp_path: Path) -> None:
+    from tasks.environments import package_under_test
+
+    (tmp_path / "src" / "fancy_pkg").mkdir(parents=True)
+    (tmp_path / "src" / "fancy_pkg" / "__init__.py").write_text("")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "__init__.py").write_text("")
+    (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup(name='fancy-pkg')\n")
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "fancy-pkg"\n')
+    (tmp_path / "conftest.py").write_text("")
+    assert package_under_test(tmp_path) == ["fancy-pkg", "fancy_pkg"]
+
+
 def test_spec_rejects_what_cannot_be_built_offline() -> None:
     with pytest.raises(ValidationError, match="not a PEP 508 requirement"):
         EnvironmentSpec(python_packages=["six==="])
@@ -104,13 +131,14 @@ def test_bad_environment_in_task_yaml_names_file_and_field(tmp_path: Path) -> No
 # --- real builds ---------------------------------------------------------------------------------
 
 
-def _probe_wheel(directory: Path, name: str, version: str) -> None:
+def _probe_wheel(directory: Path, name: str, version: str, requires: str = "") -> None:
     """A minimal pure-Python wheel: module ``<name>`` with ``VERSION``, and its dist-info."""
     module = name.replace("-", "_")
     dist = f"{module}-{version}.dist-info"
+    requirement = f"Requires-Dist: {requires}\n" if requires else ""
     files = {
         f"{module}.py": f"VERSION = {version!r}\n",
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{requirement}",
         f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: rlguard-test\nRoot-Is-Purelib: true\n"
         "Tag: py3-none-any\n",
     }
@@ -137,6 +165,9 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.fail("this Python bundles no pip wheel (ensurepip/_bundled); the offline build needs one")
     shutil.copy(bundled[-1], directory)
     _probe_wheel(directory, "rlguard-probe", "1.0")
+    # a test dependency that pulls in (a release of) the package under test
+    _probe_wheel(directory, "rlguard-victim", "2.0")
+    _probe_wheel(directory, "rlguard-helper", "1.0", requires="rlguard-victim")
     return directory
 
 
@@ -243,6 +274,44 @@ def test_missing_wheel_fails_on_the_host_before_any_container(engine, wheelhouse
         build_environment(
             client, spec, base, tmp_path, index_args=("--no-index", "--find-links", str(wheelhouse))
         )
+
+
+@pytest.mark.docker
+def test_the_package_under_test_is_kept_out_of_the_image(engine, wheelhouse, tmp_path: Path) -> None:
+    """Pulled in by a dependency (rlguard-victim, required by rlguard-helper) or shipped by the base
+    image (Debian's more_itertools): both are gone from the built image, which still runs pytest."""
+    client, base = engine
+    assert "dist-packages/more_itertools" in _run(
+        client, base, "python3 -c 'import more_itertools as m; print(m.__file__)'"
+    )
+    spec = EnvironmentSpec(
+        python_packages=["rlguard-helper==1.0"],
+        setup=[f"echo {uuid.uuid4().hex} > /etc/rlguard-test-nonce"],
+        exclude=["rlguard-victim", "rlguard_victim", "more-itertools", "more_itertools"],
+    )
+    result = build_environment(
+        client, spec, base, tmp_path / "cache", index_args=("--no-index", "--find-links", str(wheelhouse))
+    )
+    try:
+        probe = (
+            "import importlib.util as u, importlib.metadata as m; "
+            "print([n for n in ('rlguard_victim', 'more_itertools', 'rlguard_helper') if u.find_spec(n)]); "
+            "print(sorted(d.metadata['Name'] for d in m.distributions() if 'victim' in d.metadata['Name'] "
+            "or 'itertools' in d.metadata['Name']))"
+        )
+        out = _run(client, result.image, f'python3 -c "{probe}"; python3 -m pytest --version 2>&1')
+        assert out.splitlines()[:2] == ["['rlguard_helper']", "[]"], out
+        assert "pytest" in out.splitlines()[2]
+    finally:
+        client.images.remove(result.image, force=True)
+
+
+@pytest.mark.docker
+def test_a_package_pytest_needs_cannot_be_excluded(engine, tmp_path: Path) -> None:
+    client, base = engine
+    spec = EnvironmentSpec(setup=[f"echo {uuid.uuid4().hex}"], exclude=["pluggy"])
+    with pytest.raises(TaskError, match="broke pytest"):
+        build_environment(client, spec, base, tmp_path)
 
 
 def _cli(*args: str, state_dir: Path) -> subprocess.CompletedProcess:

@@ -23,7 +23,7 @@ from sandbox.base import SandboxSpec
 from sandbox.docker_backend import DockerBackend
 from sandbox.image import ensure_image
 from sandbox.settings import SandboxSettings
-from tasks.grading.grade import GradeResult, expected_test_ids, grade
+from tasks.grading.isolated import GradeResult, expected_test_ids, grade
 from tasks.spec import Task, load_suite
 
 pytestmark = pytest.mark.docker

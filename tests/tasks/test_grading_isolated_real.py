@@ -22,8 +22,8 @@ import pytest
 from sandbox.docker_backend import DockerBackend
 from sandbox.image import ensure_image
 from sandbox.settings import SandboxSettings
-from tasks.grading import grade as grade_module
-from tasks.grading.grade import GradeResult, check_task, grade
+from tasks.grading import isolated as isolated_mode
+from tasks.grading.isolated import GradeResult, check_task, grade
 from tasks.spec import Task, load_suite
 
 pytestmark = pytest.mark.docker
@@ -132,6 +132,6 @@ async def test_two_thousand_tests_with_long_ids_lose_no_result(backend, tmp_path
     assert_every_test_reported(task, result)
     assert result.total == result.passed == 2000 and result.reward == 1.0
     # Were the stream cut anyway, the reward is 0 with the reason, never a shorter list of results.
-    monkeypatch.setattr(grade_module, "GRADER_OUTPUT_CAP_BYTES", 64 * 1024)
+    monkeypatch.setattr(isolated_mode, "GRADER_OUTPUT_CAP_BYTES", 64 * 1024)
     cut = await grade(backend, task, task.workspace_tar())
     assert (cut.reward, cut.details["reason"]) == (0.0, "grader output truncated")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.grading import grade as grading
+from tasks.grading import isolated as grading
 from tasks.grading.inside import wire
 
 NONCE = "feedfacefeedfacefeedfacefeedface"

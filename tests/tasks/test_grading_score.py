@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tasks.errors import TaskError
-from tasks.grading.grade import expected_test_ids, grading_workspace_tar, parse_runner_output, score
+from tasks.grading.isolated import expected_test_ids, grading_workspace_tar, parse_runner_output, score
 from tasks.spec import load_suite
 
 TASK = next(task for task in load_suite("builtin") if task.task_id == "stats-median")

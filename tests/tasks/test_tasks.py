@@ -77,6 +77,17 @@ def test_bad_task_yaml_names_file_and_field(tmp_path, yaml_text, field):
     assert f"field '{field}'" in str(err.value)
 
 
+def test_an_unknown_grading_mode_is_one_error_listing_the_registered_modes(tmp_path):
+    """``grading.mode`` is checked against ``tasks.grading.modes.GRADING_MODES``, not a hand-kept list."""
+    task = _write_task(tmp_path / "s", yaml_text="instructions: x\ngrading: {mode: unittest}\n")
+    with pytest.raises(TaskError) as err:
+        load_suite(tmp_path / "s")
+    assert str(err.value) == (
+        f"{task / 'task.yaml'}: field 'grading.mode': Value error, "
+        "unknown grading mode 'unittest'; known: isolated, pytest"
+    )
+
+
 def test_unparseable_yaml_is_a_clear_error(tmp_path):
     task = _write_task(tmp_path / "s", yaml_text="instructions: [unclosed\n")
     with pytest.raises(TaskError, match="not valid YAML") as err:

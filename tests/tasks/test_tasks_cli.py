@@ -1,4 +1,4 @@
-"""``rlguard tasks list|check`` and ``rlguard grade`` as a user runs them (subprocess, real Docker)."""
+"""``rlguard tasks list|check|import`` and ``rlguard grade`` as a user runs them (subprocess, real Docker)."""
 
 import json
 import os
@@ -52,7 +52,15 @@ def test_tasks_check_passes_a_good_suite_and_fails_loudly_on_a_bad_one(mini_suit
 
 
 def test_grade_prints_reward_and_per_test_outcomes(mini_suite, rows_and_repos, tmp_path):
-    rows_path, _ = rows_and_repos
+    rows_path, repos_dir = rows_and_repos
+    # imported through the command line, the suite is registered: every command finds it by name
+    out = tmp_path / "imported" / "minibyname"
+    imported = rlguard(tmp_path, "tasks", "import", "swebench", str(rows_path), "--repos", str(repos_dir),
+                       "--out", str(out), "--json")  # fmt: skip
+    assert imported.returncode == 0, imported.stderr
+    assert json.loads(imported.stdout)["suite"] == "minibyname"
+    listed = rlguard(tmp_path, "tasks", "list", "minibyname", "--json")
+    assert "minibyname/inflection__inflection-2" in {row["id"] for row in json.loads(listed.stdout)}
     gold = json.loads(rows_path.read_text().splitlines()[1])["patch"]
     (tmp_path / "gold.patch").write_text(gold)
     task_id = "inflection__inflection-2"
@@ -60,7 +68,7 @@ def test_grade_prints_reward_and_per_test_outcomes(mini_suite, rows_and_repos, t
         tmp_path,
         "grade",
         "--suite",
-        str(mini_suite),
+        "minibyname",
         "--task",
         task_id,
         "--patch",
@@ -95,5 +103,25 @@ def test_grade_prints_reward_and_per_test_outcomes(mini_suite, rows_and_repos, t
     assert out["reward"] == 0.0 and out["resolved"] is False and out["reason"] == "tampering"
     assert out["tests"]["test_inflection.py::test_underscore_replaces_dashes"] == "failed"
     assert out["patch_review"]["findings"][0]["rule_id"] == "grader_tampering.report_hooks"
-    missing = rlguard(tmp_path, "grade", "--suite", str(mini_suite), "--task", task_id)
+    missing = rlguard(tmp_path, "grade", "--suite", "minibyname", "--task", task_id)
     assert missing.returncode == 2 and "exactly one of --workspace DIR and --patch FILE" in missing.stderr
+
+
+def test_grade_accepts_an_empty_patch(mini_suite, tmp_path):
+    """An empty diff is the untouched workspace: graded (unresolved), not refused by ``git apply``."""
+    (tmp_path / "empty.patch").write_text("")
+    result = rlguard(
+        tmp_path,
+        "grade",
+        "--suite",
+        str(mini_suite),
+        "--task",
+        "inflection__inflection-1",
+        "--patch",
+        str(tmp_path / "empty.patch"),
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert (out["reward"], out["resolved"], out["reason"]) == (0.0, False, "graded")
+    assert out["tests"]["test_inflection.py::test_parameterize_strips_separators_at_both_ends"] == "failed"

@@ -107,6 +107,7 @@ def store_episode(
     status: str = "finished",
     policy_version: str = "0",
     details: dict | None = None,
+    run: str | None = None,
 ) -> None:
     """Write one ended episode with its sub-trajectories (token ids, action mask) into ``store``."""
     from store.codec import encode_action_mask, encode_logprobs, encode_token_ids
@@ -114,7 +115,13 @@ def store_episode(
 
     store.upsert_task(task_id, task_id.split("/")[0], "", "", {})
     store.create_episode(
-        EpisodeRow(id=episode_id, task_id=task_id, policy_version=policy_version, agent_token_hash=episode_id)
+        EpisodeRow(
+            id=episode_id,
+            task_id=task_id,
+            policy_version=policy_version,
+            agent_token_hash=episode_id,
+            run=run,
+        )
     )
     for index, (ids, mask) in enumerate(parts):
         store.add_sub_trajectory(

@@ -1,6 +1,7 @@
 """Run under ``torchrun --nproc_per_node 2`` by test_distributed.py: a few steps, then a checkpoint.
 
-Usage: dist_worker.py MODEL_DIR OUT_DIR STEPS MODE... (modes: ddp, fsdp; each writes OUT_DIR/MODE)
+Usage: dist_worker.py MODEL_DIR OUT_DIR STEPS MODE... (modes: ddp, fsdp, and ddp-empty: rank 0 holds
+every episode and rank 1 none, as when a step has fewer episodes than ranks; each writes OUT_DIR/MODE)
 """
 
 from __future__ import annotations
@@ -39,22 +40,31 @@ def fixed_samples(n_episodes: int, seed: int, vocab: int = 16) -> list[Sample]:
 
 def settings_for(parallel: str) -> TrainerSettings:
     return TrainerSettings(
-        parallel=parallel, actor_lr=1e-2, critic_lr=1e-2, micro_batch_tokens=40, normalize_advantages=False
+        parallel=parallel,
+        actor_lr=1e-2,
+        critic_lr=1e-2,
+        micro_batch_tokens=40,
+        normalize_advantages=False,
+        critic_warmup_steps=0,
+        ppo_mini_batches=2,
     )
 
 
 def main() -> None:
     model_dir, out_dir, steps = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
     runtime = None
-    for parallel in sys.argv[4:]:  # one process group, several wrappings: one start-up for all
+    for mode in sys.argv[4:]:  # one process group, several wrappings: one start-up for all
+        parallel = mode.removesuffix("-empty")
         runtime = replace(init_runtime("ddp", device="cpu"), parallel=parallel)
         trainer = PPOTrainer.from_pretrained(model_dir, settings_for(parallel), runtime)
         for step in range(steps):
-            mine = shard_for_rank(
-                fixed_samples(8, seed=step), runtime.rank, runtime.world_size, by_group=False
-            )
+            samples = fixed_samples(8, seed=step)
+            if mode.endswith("-empty"):
+                mine = samples if runtime.rank == 0 else []
+            else:
+                mine = shard_for_rank(samples, runtime.rank, runtime.world_size, by_group=False)
             trainer.train_step(mine)
-        save_checkpoint(trainer, out_dir / parallel)
+        save_checkpoint(trainer, out_dir / mode)
     if runtime is not None:
         shutdown_runtime(runtime)
 

@@ -1,22 +1,22 @@
 """Every advantage estimator against a straightforward per-token Python loop on small inputs."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
+from pydantic import ValidationError
 
-from trainer.advantages import (
-    ADVANTAGE_ESTIMATORS,
-    AdvantageBatch,
-    AdvantageConfig,
-    compute_gae,
+from contract.registry import UnknownNameError
+from trainer.advantages import ALGORITHMS, AdvantageBatch, AdvantageConfig, gae_estimator
+from trainer.critic_free import (
     compute_grpo_advantages,
     compute_reinforce_pp_advantages,
     compute_rloo_advantages,
-    get_advantage_estimator,
-    place_episode_rewards,
-    subtrajectory_bootstrap_values,
 )
+from trainer.gae import compute_gae, subtrajectory_bootstrap_values
+from trainer.rows import place_episode_rewards
+from trainer.settings import TrainerEnv, TrainerSettings
 
 
 def reference_gae(rewards, values, mask, gamma, lam, bootstrap=None):
@@ -136,23 +136,25 @@ def test_subtrajectory_bootstrap_refuses_missing_successor() -> None:
         )
 
 
-def test_gae_estimator_chains_subtrajectories_through_bootstrap_values() -> None:
-    """Each row is GAE with its successor's first-action value as bootstrap; with lam=0 (one-step TD)
-    episode 7's three sub-trajectories then give exactly the TD errors of one concatenated row."""
+def test_per_row_mode_bootstraps_each_row_from_its_successor() -> None:
+    """``chain_subtrajectories=False`` (the comparison mode): each row is GAE with its successor's
+    first-action value as bootstrap; with lam=0 (one-step TD) episode 7's three sub-trajectories then
+    give exactly the TD errors of one concatenated row."""
     gen = torch.Generator().manual_seed(3)
     values = torch.randn(5, 7, generator=gen, dtype=torch.float64)
     final = torch.randn(5, generator=gen, dtype=torch.float64)
     token_rewards = place_episode_rewards(MASK, torch.tensor([0.0, 0.5, 0.0, 1.0, -1.0]), IS_LAST)
     token_rewards = token_rewards.double() + 0.1 * MASK  # dense per-token rewards too
     batch = AdvantageBatch(token_rewards, MASK, EPISODES, GROUPS, SUB, IS_LAST, TRUNC, values, final)
-    estimator = get_advantage_estimator("gae")
+    estimator = gae_estimator
 
-    adv, _ = estimator(batch, AdvantageConfig(gamma=0.9, lam=0.8))
+    per_row = dict(chain_subtrajectories=False, bootstrap_truncated=True)
+    adv, _ = estimator(batch, AdvantageConfig(gamma=0.9, lam=0.8, **per_row))
     boot = [float(values[3, 3]), float(final[1]), float(values[0, 2]), 0.0, 0.0]  # see bootstrap test
     ref_adv, _ = reference_gae(token_rewards.tolist(), values.tolist(), MASK.tolist(), 0.9, 0.8, boot)
     torch.testing.assert_close(adv, torch.tensor(ref_adv, dtype=torch.float64))
 
-    td, _ = estimator(batch, AdvantageConfig(gamma=0.9, lam=0.0))
+    td, _ = estimator(batch, AdvantageConfig(gamma=0.9, lam=0.0, **per_row))
     order = [2, 0, 3]  # episode 7 by sub_index
     long_r = torch.cat([token_rewards[r] for r in order]).unsqueeze(0)
     long_v = torch.cat([values[r] for r in order]).unsqueeze(0)
@@ -193,7 +195,8 @@ def outcome_rewards():
 
 
 def test_grpo_normalises_episodes_within_task(outcome_rewards) -> None:
-    adv, ret = compute_grpo_advantages(outcome_rewards, MASK, EPISODES, GROUPS, eps=1e-6)
+    # min_group_size=1 lets task 1's lone episode through (it is refused by default, see below)
+    adv, ret = compute_grpo_advantages(outcome_rewards, MASK, EPISODES, GROUPS, eps=1e-6, min_group_size=1)
     totals = episode_rewards_reference(outcome_rewards, MASK)
     per_episode = {}
     for members in grouped(totals).values():
@@ -212,7 +215,7 @@ def test_grpo_normalises_episodes_within_task(outcome_rewards) -> None:
 
 
 def test_rloo_leaves_one_out(outcome_rewards) -> None:
-    adv, _ = compute_rloo_advantages(outcome_rewards, MASK, EPISODES, GROUPS)
+    adv, _ = compute_rloo_advantages(outcome_rewards, MASK, EPISODES, GROUPS, min_group_size=1)
     totals = episode_rewards_reference(outcome_rewards, MASK)
     per_episode = {}
     for members in grouped(totals).values():
@@ -247,7 +250,42 @@ def test_reinforce_pp_returns_run_across_subtrajectories(outcome_rewards) -> Non
     assert (adv[MASK == 0] == 0).all()
 
 
-def test_registry_names_every_estimator() -> None:
-    assert set(ADVANTAGE_ESTIMATORS) == {"gae", "grpo", "rloo", "reinforce_pp", "opd"}
-    with pytest.raises(ValueError, match="known: gae, grpo"):
-        get_advantage_estimator("a2c")
+def test_every_algorithm_is_registered_by_its_algo_name_and_only_ppo_needs_a_critic() -> None:
+    assert ALGORITHMS.names() == ["grpo", "opd", "ppo", "reinforce_pp", "rloo"]
+    assert [name for name, algorithm in ALGORITHMS.items() if algorithm.needs_critic] == ["ppo"]
+    assert ALGORITHMS.get("ppo").estimate is gae_estimator
+    with pytest.raises(UnknownNameError, match="unknown algorithm 'a2c'; known: grpo, opd, ppo"):
+        ALGORITHMS.get("a2c")
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo"])
+def test_group_baselines_refuse_a_lone_episode(outcome_rewards, name) -> None:
+    """Task 1 has one episode: no baseline exists for it, so the estimator says so instead of
+    passing its raw reward off as an advantage (never negative for 0/1 rewards)."""
+    batch = AdvantageBatch(outcome_rewards, MASK, EPISODES, GROUPS, SUB, IS_LAST, TRUNC)
+    with pytest.raises(ValueError, match=r"at least 2 episodes of each task.*group \(episodes\): 1 \(1\)"):
+        ALGORITHMS.get(name).estimate(batch, AdvantageConfig())
+    whole = torch.tensor([0, 0, 0, 0, 0])  # every episode in one group: accepted
+    adv, _ = ALGORITHMS.get(name).estimate(replace(batch, group_ids=whole), AdvantageConfig())
+    assert adv.abs().sum() > 0
+
+
+def test_dr_grpo_centres_without_dividing_by_the_std(outcome_rewards) -> None:
+    whole = torch.tensor([0, 0, 0, 0, 0])
+    adv, _ = compute_grpo_advantages(outcome_rewards, MASK, EPISODES, whole, norm_by_std=False)
+    totals = episode_rewards_reference(outcome_rewards, MASK)  # episodes 7: 2.0, 8: 0.5, 9: -1.0
+    mean = sum(totals.values()) / 3
+    torch.testing.assert_close(adv, broadcast({e: r - mean for e, r in totals.items()}, MASK))
+
+
+def test_the_algo_setting_must_name_a_registered_algorithm(monkeypatch) -> None:
+    """``trainer.algo`` is checked against ``ALGORITHMS``, not a hand-kept list: one clear error."""
+    assert TrainerSettings(algo="rloo").algo == "rloo"
+    with pytest.raises(ValidationError) as caught:
+        TrainerSettings(algo="dpo")
+    (error,) = caught.value.errors()
+    assert error["loc"] == ("algo",)
+    assert error["msg"] == "Value error, unknown algorithm 'dpo'; known: grpo, opd, ppo, reinforce_pp, rloo"
+    monkeypatch.setenv("RLGUARD_TRAINER__ALGO", "a2c")
+    with pytest.raises(ValidationError, match="unknown algorithm 'a2c'; known: grpo"):
+        TrainerEnv()

@@ -1,4 +1,4 @@
-"""``rlguard loop --mode async`` end to end: the tiny model on built-in tasks through real Docker."""
+"""``rlguard loop --schedule async`` end to end: the tiny model on built-in tasks through real Docker."""
 
 from __future__ import annotations
 
@@ -9,17 +9,32 @@ import pytest
 from sqlalchemy import select
 from typer.testing import CliRunner
 
-from rlguard.async_loop import AsyncLoopConfig
 from rlguard.cli import app
+from rlguard.loops.spec import AsyncSchedule, LoopSpec
 from store.models import EpisodeRow, SubTrajectoryRow
 from store.repository import Store
 
 
-def test_async_config_refuses_bad_shapes() -> None:
+def test_loop_shapes_refuse_bad_values() -> None:
     with pytest.raises(ValueError, match="queue_size"):
-        AsyncLoopConfig(episodes_per_step=4, queue_size=2)
+        AsyncSchedule(queue_size=2).queue_bound(episodes_per_step=4)
     with pytest.raises(ValueError, match="workers"):
-        AsyncLoopConfig(workers=0)
+        AsyncSchedule(workers=0)
+    with pytest.raises(ValueError, match="group_size"):
+        LoopSpec(group_size=0)
+    with pytest.raises(ValueError, match="no task matches"):
+        LoopSpec(task_filter=("no-such-task",)).plan()
+
+
+def test_the_plan_keeps_each_tasks_group_inside_one_step() -> None:
+    plan = LoopSpec(task_filter=("lru-cache", "roman-numerals", "text-wrap"), steps=3, group_size=2,
+                    tasks_per_step=2).plan()  # fmt: skip
+    tasks = [[episode.task_id.split("/")[1] for episode in step] for step in plan]
+    assert tasks == [
+        ["lru-cache", "lru-cache", "roman-numerals", "roman-numerals"],
+        ["text-wrap", "text-wrap", "lru-cache", "lru-cache"],
+        ["roman-numerals", "roman-numerals", "text-wrap", "text-wrap"],
+    ]
 
 
 def _die_silently(events) -> None:
@@ -35,7 +50,7 @@ def test_a_rollout_process_that_dies_unannounced_ends_the_trainers_wait() -> Non
     import multiprocessing
     import time
 
-    from rlguard.async_loop import _RolloutState, take
+    from rlguard.loops.asynchronous import _RolloutState, take
 
     mp = multiprocessing.get_context("spawn")
     ids, events = mp.Queue(4), mp.Queue()
@@ -55,11 +70,12 @@ def test_async_loop_trains_while_rolling_out_and_records_versions(tmp_path: Path
     from rlguard.settings import get_settings
 
     monkeypatch.setenv("RLGUARD_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("RLGUARD_TRAINER__CRITIC_WARMUP_STEPS", "0")  # every step moves the version
     get_settings.cache_clear()
     try:
         result = CliRunner().invoke(
             app,
-            ["loop", "--mode", "async", "--episodes", "6", "--episodes-per-step", "2", "--workers", "2",
+            ["loop", "--schedule", "async", "--steps", "3", "--group-size", "2", "--workers", "2",
              "--max-staleness", "1", "--task", "lru-cache", "--max-turns", "2", "--max-tokens-per-turn", "24",
              "--out", str(tmp_path / "run"), "--json"],
         )  # fmt: skip
@@ -73,7 +89,7 @@ def test_async_loop_trains_while_rolling_out_and_records_versions(tmp_path: Path
     assert summary["episodes"] == 6 and summary["steps"] >= 2
     assert summary["policy_version"] == summary["steps"]
     assert summary["max_staleness"] <= 1 and summary["mean_staleness"] <= 1
-    assert summary["queue_high_water"] <= 4  # the bound: (K + 1) x episodes per step
+    assert summary["rollout_stats"]["queue_high_water"] <= 4  # the bound: (K + 1) x episodes per step
     store = Store.from_url(url)
     try:
         with store.sessions() as session:
@@ -91,7 +107,7 @@ def test_async_loop_trains_while_rolling_out_and_records_versions(tmp_path: Path
 def test_busy_cpu_seconds_counts_at_least_this_processs_work() -> None:
     import time
 
-    from rlguard.cpu_meter import busy_cpu_seconds
+    from rlguard.loops.cpu_meter import busy_cpu_seconds
 
     before_busy, before_own = busy_cpu_seconds(), time.process_time()
     deadline = time.process_time() + 0.3
@@ -104,7 +120,7 @@ def test_busy_cpu_seconds_counts_at_least_this_processs_work() -> None:
 
 @pytest.mark.docker
 def test_loop_bench_reports_throughput_and_what_bounds_it(tmp_path: Path) -> None:
-    from rlguard.loop_bench import run_loop_bench
+    from rlguard.loops.bench import run_loop_bench
 
     report = run_loop_bench(
         episodes=4, episodes_per_step=2, max_turns=1, max_tokens_per_turn=8, repeats=1, out_dir=tmp_path
@@ -128,18 +144,23 @@ def test_async_loop_drives_a_policy_server_it_did_not_start(tmp_path: Path, monk
     plays the episodes and receives every step's weights."""
     import httpx
 
-    from rlguard.policy_process import policy_server_process
+    from rlguard.loops.processes import policy_server_process
     from rlguard.settings import get_settings
-    from rlguard.tinymodel import resolve_model_name
+    from rollout.control import TOKEN_ENV, ReloadControl, new_token
+    from rollout.tinymodel import resolve_model_name
 
+    token = new_token()  # the external server's control token, given to the loop by the environment
     monkeypatch.setenv("RLGUARD_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv(TOKEN_ENV, token)
+    monkeypatch.setenv("RLGUARD_TRAINER__CRITIC_WARMUP_STEPS", "0")  # every step moves the version
     get_settings.cache_clear()
     try:
-        model = resolve_model_name("tiny")
-        with policy_server_process(model) as url:
+        model = resolve_model_name("tiny", get_settings().state_dir)
+        control = ReloadControl(token, (tmp_path / "run" / "checkpoints",))
+        with policy_server_process(model, control=control) as url:
             result = CliRunner().invoke(
                 app,
-                ["loop", "--mode", "async", "--episodes", "4", "--episodes-per-step", "2",
+                ["loop", "--schedule", "async", "--steps", "2", "--group-size", "2",
                  "--task", "roman-numerals", "--max-turns", "1", "--max-tokens-per-turn", "16",
                  "--policy-url", f"{url}/v1", "--reload-protocol", "sglang",
                  "--served-model-name", Path(model).name, "--out", str(tmp_path / "run"), "--json"],
@@ -154,14 +175,13 @@ def test_async_loop_drives_a_policy_server_it_did_not_start(tmp_path: Path, monk
     assert summary["episodes"] == 4 and summary["steps"] == 2
     # The external server now serves the last step's checkpoint under the trainer's version.
     assert served["version"] == str(summary["policy_version"]) == "2"
-    assert served["root"].endswith("step-000002/actor")
 
 
 def _sleep_with_parent(parent_pid: int) -> None:
     """A stand-in for the rollout process: it asks to die with its parent, then waits."""
     import time
 
-    from rlguard.orphans import die_with_parent
+    from rlguard.loops.orphans import die_with_parent
 
     die_with_parent(parent_pid)
     time.sleep(300)
@@ -170,7 +190,7 @@ def _sleep_with_parent(parent_pid: int) -> None:
 _KILLED_PARENT = """
 import multiprocessing, os, sys, time
 from tests.trainer.test_async_loop import _sleep_with_parent
-from rlguard.policy_process import policy_server_process
+from rlguard.loops.processes import policy_server_process
 
 if __name__ == "__main__":
     child = multiprocessing.get_context("spawn").Process(target=_sleep_with_parent, args=(os.getpid(),))
@@ -191,12 +211,13 @@ def test_a_killed_loop_leaves_no_policy_server_or_rollout_process_behind(tmp_pat
     import psutil
 
     from rlguard.settings import get_settings
-    from rlguard.tinymodel import resolve_model_name
+    from rollout.tinymodel import resolve_model_name
 
     monkeypatch.setenv("RLGUARD_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("RLGUARD_TRAINER__CRITIC_WARMUP_STEPS", "0")  # every step moves the version
     get_settings.cache_clear()
     try:
-        model = resolve_model_name("tiny")
+        model = resolve_model_name("tiny", get_settings().state_dir)
     finally:
         get_settings.cache_clear()
     root = Path(__file__).resolve().parents[2]
@@ -223,3 +244,43 @@ def test_a_killed_loop_leaves_no_policy_server_or_rollout_process_behind(tmp_pat
         for child in children:  # only when the test failed: nothing may outlive it
             with contextlib.suppress(psutil.Error):
                 child.kill()
+
+
+@pytest.mark.docker
+def test_async_grpo_trains_whole_groups_only(tmp_path: Path, monkeypatch) -> None:
+    """GRPO in the asynchronous loop: a task's group is released to the trainer only when all its
+    episodes have finished, so every trained group has its full size (a lone episode would be
+    refused), staleness stays within K and nothing is dropped."""
+    from rlguard.settings import get_settings
+
+    monkeypatch.setenv("RLGUARD_STATE_DIR", str(tmp_path / "state"))
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(
+            app,
+            ["loop", "--schedule", "async", "--algo", "grpo", "--steps", "3", "--group-size", "2",
+             "--max-staleness", "1", "--task", "lru-cache", "--max-turns", "2", "--max-tokens-per-turn", "24",
+             "--out", str(tmp_path / "run"), "--json"],
+        )  # fmt: skip
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    import json
+
+    summary = json.loads(result.output[result.output.index("{") :])
+    trained = [s for s in summary["per_step"] if s["step"] is not None]
+    assert trained and summary["episodes"] == 6
+    for step in trained:
+        assert step["metrics"]["data/group_size_min"] == 2 and step["metrics"]["data/episodes"] % 2 == 0
+    assert summary["mean_staleness"] <= 1 and summary["max_staleness"] <= 1
+    assert summary["dropped_episodes"] == 0
+
+
+def test_grpo_with_groups_of_one_is_refused_before_anything_starts() -> None:
+    from rlguard.loops.run import run_loop
+    from rlguard.loops.spec import LoopSpec, SyncSchedule
+    from rlguard.settings import get_settings
+    from trainer.settings import TrainerSettings
+
+    with pytest.raises(ValueError, match="group_size must be at least 2"):
+        run_loop(LoopSpec(group_size=1), SyncSchedule(), get_settings(), TrainerSettings(algo="grpo"))

@@ -18,14 +18,27 @@ from trainer.errors import TrainerError
 @pytest.fixture(scope="session")
 def tiny_rollout_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project's tiny model (with its locally built tokenizer), as the policy server loads it."""
-    from rlguard.tinymodel import ensure_tiny_model
+    from rollout.tinymodel import ensure_tiny_model
 
     return ensure_tiny_model(tmp_path_factory.mktemp("tiny-rollout") / "model")
 
 
+@pytest.fixture
+def no_critic_warmup(monkeypatch):
+    """Settings from the environment with no critic-only step (a one-step run that moves the policy)."""
+    from rlguard.settings import get_settings
+
+    monkeypatch.setenv("RLGUARD_TRAINER__CRITIC_WARMUP_STEPS", "0")
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
 def test_train_command_trains_from_store_and_reloads_the_policy_server(
-    tiny_rollout_model: Path, tmp_path: Path
+    tiny_rollout_model: Path, tmp_path: Path, monkeypatch, no_critic_warmup
 ) -> None:
+    from rlguard.settings import get_settings
+    from rollout.control import TOKEN_ENV, ReloadControl, new_token
     from rollout.policy_server import build_server
     from rollout.serving import serve_in_thread
 
@@ -37,14 +50,20 @@ def test_train_command_trains_from_store_and_reloads_the_policy_server(
         store_episode(store, f"e{i}", "builtin/lru-cache", float(i == 1), parts)
     store.close()
     run_dir = tmp_path / "run"
-    server = build_server(str(tiny_rollout_model))
+    token = new_token()  # the server's control token, given to the trainer by the environment
+    server = build_server(str(tiny_rollout_model), control=ReloadControl(token, (run_dir / "checkpoints",)))
+    monkeypatch.setenv(TOKEN_ENV, token)
+    get_settings.cache_clear()
     runner = CliRunner()
     with serve_in_thread(server.app, startup_timeout_s=120) as policy_url:
-        result = runner.invoke(
-            app,
-            ["train", "--model", str(tiny_rollout_model), "--steps", "1", "--out", str(run_dir),
-             "--database-url", url, "--policy-url", f"{policy_url}/v1", "--device", "cpu"],
-        )  # fmt: skip
+        try:
+            result = runner.invoke(
+                app,
+                ["train", "--model", str(tiny_rollout_model), "--steps", "1", "--out", str(run_dir),
+                 "--database-url", url, "--policy-url", f"{policy_url}/v1", "--device", "cpu"],
+            )  # fmt: skip
+        finally:
+            get_settings.cache_clear()
         assert result.exit_code == 0, result.output + repr(result.exception)
         assert server.version == "1" and server.reloads == 1
         assert server.engine.model_path == run_dir / "checkpoints" / "step-000001" / "actor"
@@ -58,7 +77,7 @@ def test_train_command_trains_from_store_and_reloads_the_policy_server(
 
     again = runner.invoke(app, ["train", "--model", str(tiny_rollout_model), "--out", str(run_dir),
                                 "--database-url", url, "--device", "cpu"])  # fmt: skip
-    assert isinstance(again.exception, TrainerError) and "no unconsumed" in str(again.exception)
+    assert again.exit_code == 2 and "no unconsumed" in again.stderr  # one line, not a traceback
 
     plotted = runner.invoke(app, ["plot", str(run_dir)])
     assert plotted.exit_code == 0, plotted.output
@@ -69,28 +88,29 @@ def test_train_command_trains_from_store_and_reloads_the_policy_server(
 def test_closed_loop_rolls_out_trains_and_serves_the_new_policy(
     tiny_rollout_model: Path, tmp_path: Path, monkeypatch
 ) -> None:
-    from rlguard.loop import LoopConfig, run_loop
+    from rlguard.loops.run import run_loop
+    from rlguard.loops.spec import LoopSpec, SyncSchedule
     from rlguard.settings import get_settings
     from trainer.settings import TrainerSettings
 
     monkeypatch.setenv("RLGUARD_STATE_DIR", str(tmp_path / "state"))
     get_settings.cache_clear()
     try:
-        config = LoopConfig(
+        spec = LoopSpec(
             model=str(tiny_rollout_model),
-            iterations=2,
-            episodes_per_task=1,
+            steps=2,
             task_filter=("lru-cache",),
             run_dir=tmp_path / "loop",
             max_turns=1,
             max_tokens_per_turn=48,
         )
-        rounds = run_loop(config, TrainerSettings())
+        summary = run_loop(spec, SyncSchedule(), get_settings(), TrainerSettings(critic_warmup_steps=0))
         url = get_settings().resolved_database_url
     finally:
         get_settings.cache_clear()
-    assert [r["step"] for r in rounds] == [1, 2]
-    assert [r["policy_version"] for r in rounds] == [1, 2]
+    assert [s.step for s in summary.per_step] == [1, 2]
+    assert [s.policy_version for s in summary.per_step] == [1, 2]
+    assert summary.episodes == 2 and summary.schedule == "sync"
     store = Store.from_url(url)
     try:
         with store.sessions() as session:
@@ -110,16 +130,21 @@ def test_closed_loop_rolls_out_trains_and_serves_the_new_policy(
 
 @pytest.mark.parametrize("protocol", ["builtin", "sglang"])
 def test_reload_speaks_both_dialects_and_reports_refusals(tiny_rollout_model: Path, protocol: str) -> None:
+    from rollout.control import ReloadControl, new_token
     from rollout.policy_server import build_server
     from rollout.serving import serve_in_thread
     from trainer.reload import reload_policy
 
-    server = build_server(str(tiny_rollout_model))
+    token = new_token()
+    control = ReloadControl(token, (tiny_rollout_model.parent,))
+    server = build_server(str(tiny_rollout_model), control=control)
     with serve_in_thread(server.app, startup_timeout_s=120) as policy_url:
-        answer = reload_policy(f"{policy_url}/v1", tiny_rollout_model, "7", protocol)
+        answer = reload_policy(f"{policy_url}/v1", tiny_rollout_model, "7", protocol, token=token)
         assert answer["success"] and server.reloads == 1
         with pytest.raises(TrainerError, match="refused"):
-            reload_policy(policy_url, tiny_rollout_model / "missing", "8", protocol)
+            reload_policy(policy_url, tiny_rollout_model / "missing", "8", protocol, token=token)
+        with pytest.raises(TrainerError, match="refused"):  # no token: 401
+            reload_policy(policy_url, tiny_rollout_model, "9", protocol)
         assert server.reloads == 1
 
 

@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 import trainer.train as train_module
 from store.migrate import upgrade
-from store.models import SubTrajectoryRow, TrainingStepRow
+from store.models import EpisodeRow, SubTrajectoryRow, TrainingStepRow
 from store.repository import Store
 from store.training import ConsumptionConflict
 from tests.trainer.conftest import store_episode
@@ -55,6 +55,44 @@ def test_loads_whole_ended_episodes_with_their_structure(store: Store) -> None:
     assert load_step_data(store, max_episodes=1).episodes == 1
 
 
+def test_end_reasons_reach_the_samples_and_infrastructure_errors_never_train(store: Store) -> None:
+    store_episode(store, "ok", "suite/a", 1.0, ONE_PART, details={"end_reason": "submitted"})
+    store_episode(store, "cut", "suite/a", 0.0, ONE_PART, details={"end_reason": "context_full"})
+    store_episode(store, "idle", "suite/a", 0.0, ONE_PART, status="timed_out")
+    store_episode(store, "broken", "suite/a", 0.0, ONE_PART, details={"end_reason": "error"})
+    store_episode(store, "gap", "suite/a", 1.0, [TWO_PARTS[1]])  # index 0 missing below
+    with store.sessions.begin() as session:
+        session.execute(
+            SubTrajectoryRow.__table__.update().where(SubTrajectoryRow.episode_id == "gap").values(index=1)
+        )
+    data = load_step_data(store, max_episodes=10)
+    reasons = {s.episode_id: (s.end_reason, s.truncated) for s in data.samples}
+    assert reasons == {0: ("submitted", False), 1: ("context_full", True), 2: ("timeout", True)}
+    assert set(data.unusable) == {"broken", "gap"}
+    assert data.unusable["broken"].startswith("infrastructure error")
+    assert "missing" in data.unusable["gap"]
+    with store.sessions() as session:
+        marked = dict(session.execute(select(EpisodeRow.id, EpisodeRow.unusable_reason)).all())
+    assert marked["broken"] == data.unusable["broken"] and marked["ok"] is None
+    again = load_step_data(store, max_episodes=10)  # marked: never read again, cannot stall a reader
+    assert again.unusable == {} and again.episodes == 3
+    assert load_step_data(store, max_episodes=3).episodes == 3  # the 3 oldest usable, none crowded out
+
+
+def test_run_and_policy_filters_take_a_loop_its_own_round(store: Store) -> None:
+    store_episode(store, "other", "suite/a", 1.0, ONE_PART, run="someone-else", policy_version="0")
+    store_episode(store, "mine-0", "suite/a", 1.0, ONE_PART, run="me", policy_version="0")
+    store_episode(store, "mine-1", "suite/a", 0.0, TWO_PARTS, run="me", policy_version="1")
+    store_episode(store, "anon", "suite/a", 0.0, ONE_PART)
+    ids = lambda found: [f.episode.id for f in found]  # noqa: E731
+    assert ids(store.trainable_episodes(10)) == ["other", "mine-0", "mine-1", "anon"]
+    assert ids(store.trainable_episodes(10, run="me")) == ["mine-0", "mine-1"]
+    assert ids(store.trainable_episodes(10, run="me", policy_versions=["1"])) == ["mine-1"]
+    assert ids(store.trainable_episodes(10, policy_versions=["0"])) == ["other", "mine-0", "anon"]
+    data = load_step_data(store, 1, run="me", policy_versions=["1"])
+    assert data.episodes == 1 and len(data.samples) == 2
+
+
 def test_commit_is_atomic_and_refuses_double_consumption(store: Store) -> None:
     store_episode(store, "e1", "suite/a", 1.0, TWO_PARTS)
     store_episode(store, "e2", "suite/a", 0.0, ONE_PART)
@@ -83,7 +121,7 @@ def test_crash_between_training_and_commit_neither_skips_nor_repeats_data(
 ) -> None:
     for i in range(3):
         store_episode(store, f"e{i}", "suite/a", float(i % 2), TWO_PARTS)
-    settings = TrainerSettings(actor_lr=1e-3, critic_lr=1e-3)
+    settings = TrainerSettings(actor_lr=1e-3, critic_lr=1e-3, critic_warmup_steps=0)
 
     def open_run() -> TrainingRun:  # a fresh trainer process
         return TrainingRun(
@@ -128,3 +166,25 @@ def test_crash_between_training_and_commit_neither_skips_nor_repeats_data(
     with store.sessions() as session:
         steps = session.scalars(select(TrainingStepRow.step).order_by(TrainingStepRow.step)).all()
     assert steps == [1, 2]
+
+
+def test_a_grpo_step_leaves_out_and_marks_a_group_left_with_one_episode(
+    store: Store, db_url: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    store_episode(store, "a1", "suite/a", 1.0, ONE_PART)
+    store_episode(store, "a2", "suite/a", 0.0, ONE_PART)
+    store_episode(store, "b1", "suite/b", 1.0, ONE_PART)  # its sibling ended in an infrastructure error
+    store_episode(store, "b2", "suite/b", 0.0, ONE_PART, details={"end_reason": "error"})
+    settings = TrainerSettings(algo="grpo", actor_lr=1e-3)
+    run = TrainingRun(
+        tmp_path / "run", tiny_model_dir, db_url, settings, init_runtime(device="cpu"), tensorboard=False
+    )
+    result = run.step(max_episodes=10)
+    run.close()
+    assert result is not None
+    assert result.metrics["data/episodes"] == 2 and result.metrics["data/group_size_min"] == 2
+    assert result.metrics["data/small_group_episodes"] == 1 and result.metrics["data/unusable_episodes"] == 1
+    with store.sessions() as session:
+        marked = dict(session.execute(select(EpisodeRow.id, EpisodeRow.unusable_reason)).all())
+    assert marked["a1"] is None and marked["b2"].startswith("infrastructure error")
+    assert "task group" in marked["b1"]

@@ -28,13 +28,14 @@ def single_process_run(model_dir: Path, steps: int) -> PPOTrainer:
 
 @pytest.fixture(scope="module")
 def gloo_checkpoints(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two gloo processes train 2 steps with DDP, then with FSDP2; one checkpoint per mode."""
+    """Two gloo processes train 2 steps with DDP, then with FSDP2, then with DDP and every episode on
+    rank 0 (rank 1 empty: it pads and still steps); one checkpoint per mode."""
     out = tmp_path_factory.mktemp("gloo")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK"))}
     env |= {"OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        str(WORKER), str(tiny_model_dir), str(out), "2", "ddp", "fsdp",
+        str(WORKER), str(tiny_model_dir), str(out), "2", "ddp", "fsdp", "ddp-empty",
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -46,7 +47,7 @@ def one_process(tiny_model_dir: Path) -> PPOTrainer:
     return single_process_run(tiny_model_dir, steps=2)
 
 
-@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp", "ddp-empty"])
 def test_two_gloo_processes_match_one_process(
     parallel: str, gloo_checkpoints: Path, one_process: PPOTrainer, tiny_model_dir: Path
 ) -> None:

@@ -7,6 +7,7 @@ import torch
 
 from trainer.losses import (
     agg_loss,
+    agg_normaliser,
     compute_entropy_bonus,
     compute_kl_loss,
     compute_policy_loss,
@@ -21,11 +22,34 @@ from trainer.losses import (
 MASK = torch.tensor([[0, 1, 1, 1], [1, 1, 0, 0]], dtype=torch.float64)
 
 
+@pytest.mark.parametrize(
+    "mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+)
+def test_micro_batches_with_a_global_normaliser_add_up_to_the_whole_batch(mode) -> None:
+    """What the trainer does across micro-batches and ranks: each part divides by the global count
+    (agg_normaliser summed), and the parts add up to the loss of the whole batch."""
+    gen = torch.Generator().manual_seed(0)
+    loss = torch.randn(5, 6, generator=gen, dtype=torch.float64)
+    mask = (torch.rand(5, 6, generator=gen) < 0.6).double()
+    mask[2] = 0  # a row with no action token counts for no sequence
+    whole = agg_loss(loss, mask, mode, loss_scale_factor=7)
+    norm = agg_normaliser(mask[:2], mode) + agg_normaliser(mask[2:], mode)
+    parts = agg_loss(loss[:2], mask[:2], mode, norm, 7) + agg_loss(loss[2:], mask[2:], mode, norm, 7)
+    assert parts.item() == pytest.approx(whole.item())
+
+
 def test_agg_modes_differ_as_defined() -> None:
     loss = torch.tensor([[9.0, 1, 2, 3], [4, 5, 9, 9]], dtype=torch.float64)
     assert agg_loss(loss, MASK, "token-mean").item() == pytest.approx((1 + 2 + 3 + 4 + 5) / 5)
     assert agg_loss(loss, MASK, "seq-mean-token-sum").item() == pytest.approx((6 + 9) / 2)
     assert agg_loss(loss, MASK, "token-mean", normaliser=10).item() == pytest.approx(15 / 10)
+    # every row weighs the same: (mean of 1,2,3 + mean of 4,5) / 2
+    assert agg_loss(loss, MASK, "seq-mean-token-mean").item() == pytest.approx((2 + 4.5) / 2)
+    # Dr.GRPO: token sums over a constant budget (here 8), then the mean over rows
+    assert agg_loss(loss, MASK, "seq-mean-token-sum-norm", loss_scale_factor=8).item() == pytest.approx(
+        (6 + 9) / 8 / 2
+    )
+    assert agg_loss(loss, MASK, "seq-mean-token-sum-norm").item() == pytest.approx((6 + 9) / 4 / 2)  # width
     with pytest.raises(ValueError, match="unknown loss aggregation"):
         agg_loss(loss, MASK, "seq-mean")  # type: ignore[arg-type]
 

@@ -9,15 +9,8 @@ import pytest
 import torch
 
 from tests.trainer.conftest import TARGET, build_tiny_model, two_part_episodes
-from trainer.advantages import (
-    AdvantageBatch,
-    AdvantageConfig,
-    compute_grpo_advantages,
-    compute_opd_advantages,
-    estimator_for_algo,
-    get_advantage_estimator,
-    reverse_kl,
-)
+from trainer.advantages import ALGORITHMS, AdvantageBatch, AdvantageConfig
+from trainer.critic_free import compute_grpo_advantages, compute_opd_advantages, reverse_kl
 from trainer.models import token_logprobs
 from trainer.ppo import PPOTrainer
 from trainer.runtime import init_runtime
@@ -63,8 +56,7 @@ def test_reverse_kl_is_the_mean_negated_advantage_over_action_tokens() -> None:
 
 
 def test_opd_is_registered_for_its_algo_and_mixes_the_task_reward_by_weight() -> None:
-    assert estimator_for_algo("opd") == "opd"
-    opd = get_advantage_estimator("opd")
+    opd = ALGORITHMS.get("opd").estimate
     pure, _ = opd(_batch(), AdvantageConfig())
     torch.testing.assert_close(pure, compute_opd_advantages(STUDENT, TEACHER, MASK)[0])
     mixed, _ = opd(_batch(), AdvantageConfig(reward_weight=0.5))
@@ -167,7 +159,7 @@ def test_distillation_pulls_the_student_to_the_teacher(tiny_model_dir: Path, tar
 
 
 def test_teacher_and_route_options_are_parsed_with_clear_errors(target_teacher: Path) -> None:
-    from rlguard.run_commands import parse_pairs, teacher_settings
+    from rlguard.cli.train import parse_pairs, teacher_settings
     from trainer.errors import TrainerError
 
     assert parse_pairs(["a=x", " b = y "], "--teacher") == {"a": "x", "b": "y"}

@@ -16,7 +16,15 @@ from trainer.settings import TrainerSettings
 
 
 def fast_settings(**overrides) -> TrainerSettings:
-    base = dict(actor_lr=3e-3, critic_lr=3e-3, ppo_epochs=4, micro_batch_tokens=64, clip_high=0.2, seed=0)
+    base = dict(
+        actor_lr=3e-3,
+        critic_lr=3e-3,
+        ppo_epochs=4,
+        micro_batch_tokens=64,
+        clip_high=0.2,
+        seed=0,
+        critic_warmup_steps=0,
+    )
     return TrainerSettings(**(base | overrides))
 
 
@@ -96,26 +104,34 @@ def test_critic_warmup_leaves_actor_untouched(tiny_model_dir) -> None:
     assert trainer.policy_version == 1
 
 
-def test_stale_data_is_anchored_to_proximal_policy_with_truncated_weights(tiny_model_dir) -> None:
+def test_every_token_is_anchored_to_the_proximal_policy_with_truncated_weights(tiny_model_dir) -> None:
+    """Stale or fresh, PPO's ratio is taken against the trainer's own logprob of the token before the
+    update (never the engine's), and the behaviour gap becomes a truncated importance weight."""
     trainer = PPOTrainer.from_pretrained(
         tiny_model_dir, fast_settings(tis_cap=1.5), init_runtime(device="cpu")
     )
     old = two_part_episodes(trainer.actor, 4, seed=0, version=0)
     trainer.train_step(two_part_episodes(trainer.actor, 4, seed=1, version=0))  # now at version 1
-    micro = [collate(old, range(len(old)), 0, 1)]
-    scored = trainer._score(old, micro, [])
+    fresh = two_part_episodes(trainer.actor, 2, seed=2, version=1, first_episode_id=10)
+    fresh = [replace(x, logprobs=[lp - 0.3 * m for lp, m in zip(x.logprobs, x.action_mask, strict=True)])
+             for x in fresh]  # an engine 0.3 nats less sure of each token than the trainer  # fmt: skip
+    batch = old + fresh
+    micro = [collate(batch, range(len(batch)), 0, 1)]
+    scored = trainer._score(batch, micro, [])
     mb = micro[0]
     proximal, _ = token_logprobs(trainer.actor, mb.input_ids, mb.attention_mask)
     mask = scored.action_mask
     torch.testing.assert_close(scored.old_logprobs, proximal.detach() * mask)
     expected = torch.clamp(torch.exp(proximal.detach() - scored.rollout_logprobs), max=1.5)
     torch.testing.assert_close(scored.is_weights[mask.bool()], expected[mask.bool()])
-    # fresh data is anchored to the rollout logprobs themselves
-    fresh = two_part_episodes(trainer.actor, 2, seed=2, version=1)
-    fresh_micro = [collate(fresh, range(len(fresh)), 0, 1)]
-    fresh_scored = trainer._score(fresh, fresh_micro, [])
-    torch.testing.assert_close(fresh_scored.old_logprobs, fresh_scored.rollout_logprobs)
-    assert (fresh_scored.is_weights == 1).all()
+    fresh_rows = mask[len(old) :].bool()
+    torch.testing.assert_close(
+        scored.is_weights[len(old) :][fresh_rows],
+        torch.full((int(fresh_rows.sum()),), float(torch.exp(torch.tensor(0.3)))),
+    )
+    assert scored.metrics["mismatch/fresh_k3_kl"] == pytest.approx(
+        float(torch.exp(torch.tensor(0.3)) - 0.3 - 1), rel=1e-5
+    )
 
 
 def test_critic_values_are_aligned_to_the_state_before_each_token(tiny_model_dir) -> None:
@@ -143,3 +159,46 @@ def test_gradient_checkpointing_changes_memory_not_the_update(tiny_model_dir) ->
         results.append([p.detach().clone() for p in trainer.actor.parameters()])
     for plain, checkpointed in zip(*results, strict=True):
         torch.testing.assert_close(plain, checkpointed)
+
+
+def test_mini_batches_take_several_optimiser_steps_over_whole_episodes(tiny_model_dir) -> None:
+    settings = fast_settings(ppo_epochs=2, ppo_mini_batches=3)
+    trainer = PPOTrainer.from_pretrained(tiny_model_dir, settings, init_runtime(device="cpu"))
+    batch = two_part_episodes(trainer.actor, 12, seed=0)
+    minis = trainer._mini_batch_rows(batch)
+    assert sorted(r for m in minis for r in m) == list(range(len(batch)))
+    for rows in minis:
+        episodes = {batch[r].episode_id for r in rows}
+        assert rows and sorted(rows) == sorted(r for r, x in enumerate(batch) if x.episode_id in episodes)
+    trainer.train_step(batch)
+    for optimizer in (trainer.actor_optimizer, trainer.critic_optimizer):
+        steps = {int(state["step"]) for state in optimizer.state.values()}
+        assert steps == {6}  # 2 epochs x 3 mini-batches
+
+
+def test_ppo_defaults_warm_the_critic_and_keep_kl_out_of_the_reward() -> None:
+    assert TrainerSettings().warmup_steps() == 2 and TrainerSettings(algo="grpo").warmup_steps() == 0
+    assert TrainerSettings(critic_warmup_steps=0).warmup_steps() == 0
+    defaults = TrainerSettings()
+    assert not defaults.kl_in_reward and defaults.critic_lam == 1.0 and defaults.stale_mode == "mask"
+    assert not defaults.bootstrap_truncated and defaults.chain_subtrajectories
+
+
+@pytest.mark.parametrize("bootstrap", [False, True])
+def test_a_limit_ending_keeps_its_reward_unless_bootstrapped(tiny_model_dir, bootstrap) -> None:
+    trainer = PPOTrainer.from_pretrained(
+        tiny_model_dir, fast_settings(bootstrap_truncated=bootstrap), init_runtime(device="cpu")
+    )
+    batch = [replace(x, truncated=True, reward=1.0) for x in two_part_episodes(trainer.actor, 2, seed=0)]
+    micro = [collate(batch, range(len(batch)), 0, 0)]
+    scored = trainer._score(batch, micro, [])
+    _, returns, token_rewards = trainer._advantages(batch, scored)
+    mask = scored.action_mask.bool()
+    if bootstrap:  # no graded reward; the target after the last token is V(final state)
+        assert float(token_rewards.abs().sum()) == 0
+        last = [i for i, x in enumerate(batch) if x.is_last]
+        end = [int(mask[i].nonzero().max()) for i in last]
+        for i, t in zip(last, end, strict=True):
+            assert float(returns[i, t]) == pytest.approx(float(scored.final_values[i]), abs=1e-6)
+    else:  # terminal: critic lambda 1 makes every return the episode's reward, exactly
+        torch.testing.assert_close(returns[mask], torch.ones(int(mask.sum())))

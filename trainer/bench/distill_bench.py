@@ -31,10 +31,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer.advantages import AdvantageBatch, AdvantageConfig, get_advantage_estimator, place_episode_rewards
+from trainer.advantages import AdvantageBatch, AdvantageConfig, opd_estimator
 from trainer.bench.learn_bench import EVAL_EPISODES, GRUNet, HyperParams, evaluate, score_tokens, train_policy
 from trainer.bench.synthetic_env import HORIZONS, PAD, EnvConfig, Rollout, rollout, sample_tasks
 from trainer.losses import compute_policy_loss
+from trainer.rows import place_episode_rewards
 
 GROUPS = ("short", "long")
 
@@ -115,7 +116,6 @@ def distill_step(
     generator: torch.Generator,
 ) -> tuple[int, float]:
     """Sample both groups, score with the routed teachers, one clipped update; (tokens, sampled KL)."""
-    opd = get_advantage_estimator("opd")
     parts = []
     for index, group in enumerate(params.groups):
         config = HORIZONS[group]
@@ -136,7 +136,7 @@ def distill_step(
             student_logprobs=ro.logprobs,
             teacher_logprobs=teacher_lp * ro.action_mask,
         )
-        advantages, _ = opd(batch, AdvantageConfig(reward_weight=params.reward_weight))
+        advantages, _ = opd_estimator(batch, AdvantageConfig(reward_weight=params.reward_weight))
         parts.append((ro, advantages))
     width = max(ro.tokens.shape[1] for ro, _ in parts)
     tokens = torch.cat([_pad(ro.tokens, width, PAD) for ro, _ in parts])

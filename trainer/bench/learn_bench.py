@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from trainer.advantages import AdvantageBatch, AdvantageConfig, get_advantage_estimator, place_episode_rewards
+from trainer.advantages import ALGORITHMS, AdvantageBatch, AdvantageConfig
 from trainer.bench.synthetic_env import (
     BOS,
     HORIZONS,
@@ -42,8 +42,10 @@ from trainer.losses import (
     explained_variance,
 )
 from trainer.masked import masked_mean, masked_whiten
+from trainer.rows import place_episode_rewards
 
-ALGORITHMS = {"ppo": "gae", "grpo": "grpo"}
+# The two algorithms the benchmark compares: a learned critic against a group baseline.
+BENCH_ALGORITHMS = ("ppo", "grpo")
 DEFAULT_SEEDS = 3
 DEFAULT_LONG_BUDGET = 1_500_000
 SHORT_BUDGET_FRACTION = 0.05
@@ -68,6 +70,8 @@ class HyperParams:
     value_clip: float = 0.2
     gamma: float = 1.0
     lam: float = 0.95
+    critic_lam: float | None = None  # None: lam (the setting the numbers were measured with)
+    chain_subtrajectories: bool = False  # per-row bootstrapping, as measured; True: the trainer's default
     max_grad_norm: float = 1.0
     embed: int = 32
     hidden: int = 64
@@ -159,7 +163,14 @@ def _advantages(
         values=values,
         final_values=torch.zeros(rows),
     )
-    advantages, returns = get_advantage_estimator(ALGORITHMS[algo])(batch, AdvantageConfig(hp.gamma, hp.lam))
+    config = AdvantageConfig(
+        hp.gamma,
+        hp.lam,
+        critic_lam=hp.lam if hp.critic_lam is None else hp.critic_lam,
+        chain_subtrajectories=hp.chain_subtrajectories,
+        min_group_size=1 if algo == "ppo" else 2,
+    )
+    advantages, returns = ALGORITHMS.get(algo).estimate(batch, config)
     if algo == "ppo":
         advantages = masked_whiten(advantages, ro.action_mask)
     return advantages, returns
@@ -199,8 +210,8 @@ def train_policy(
     config: EnvConfig | None = None,
 ) -> tuple[GRUNet, RunResult]:
     """:func:`train_one`, also returning the trained actor (the distillation benchmark's teachers)."""
-    if algo not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algo!r}; use one of {sorted(ALGORITHMS)}")
+    if algo not in BENCH_ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algo!r}; use one of {sorted(BENCH_ALGORITHMS)}")
     if horizon not in HORIZONS:
         raise ValueError(f"unknown horizon {horizon!r}; use one of {sorted(HORIZONS)}")
     hp = hp or HyperParams()
@@ -317,7 +328,7 @@ def run_learn_bench(
         (algo, horizon, seed, budgets[horizon], hp)
         for horizon in ("long", "short")
         for seed in range(seeds)
-        for algo in ALGORITHMS
+        for algo in BENCH_ALGORITHMS
     ]
     started = time.perf_counter()
     results: list[RunResult] = []
@@ -341,7 +352,7 @@ def run_learn_bench(
             for record in result.curve:
                 fh.write(json.dumps(record) + "\n")
     summary: dict = {"seeds": seeds, "budget_tokens": budgets, "hyper_params": asdict(hp)}
-    for algo in ALGORITHMS:
+    for algo in BENCH_ALGORITHMS:
         for horizon in HORIZONS:
             finals = [r.final_success for r in results if r.algo == algo and r.horizon == horizon]
             summary[f"{algo}_{horizon}"] = sum(finals) / len(finals)

@@ -9,14 +9,15 @@ Started by the host as ``python3 -I -S -B /tmp/grader/runner.py /tmp/grader/conf
 2. it reads its one-shot config (nonce, tests, paths) and deletes it;
 3. it runs pytest in-process over the pristine hidden tests with the grader's own ini and rootdir,
    ``--noconftest``, no cache, no plugin autoload; ``/workspace`` is never on ``sys.path``.
-   Workspace modules are served by ``grading_remote`` as proxies to an untrusted worker process,
-   and only once every hidden test module has been collected; the hidden test files are emptied
-   before the worker can start, so it cannot read expected values (they stay as empty files: pytest
-   re-checks the path of a test package's ``__init__.py`` at setup);
+   Workspace modules are served by ``grading_import_hook`` as proxies (``grading_proxies``) to an
+   untrusted worker process (``grading_remote`` talks to it), and only once every hidden test
+   module has been collected; the hidden test files are emptied before the worker can start, so it
+   cannot read expected values (they stay as empty files: pytest re-checks the path of a test
+   package's ``__init__.py`` at setup);
 4. it prints one ``RLGUARD-GRADE <nonce> {json}`` line per test and, after killing the worker's
    process group, a final summary line, on its own stdout, which no other process can reach.
 
-The host (``tasks.grading.grade``) accepts only lines with the nonce. Runs inside the sandbox image:
+The host (``tasks.grading.isolated``) accepts only lines with the nonce. Runs inside the sandbox image:
 standard library + pytest only (pytest >= 7).
 
 With ``"collect_only": true`` in its config the same code counts the tests instead (``pytest
@@ -136,10 +137,10 @@ class ResultPlugin:
 def resolve_module_level_names(items, tests_dir: str) -> None:
     """Lazy references bound at collection (module globals, parametrize values) become what they name.
 
-    Only exception classes and immutable values are swapped in (``grading_remote.resolve_lazy``):
+    Only exception classes and immutable values are swapped in (``grading_proxies.resolve_lazy``):
     ``pytest.raises(InvalidVersion)`` needs a class, not a reference.
     """
-    import grading_remote
+    import grading_proxies
 
     prefix = os.path.join(os.path.realpath(tests_dir), "")
     for module in list(sys.modules.values()):
@@ -147,13 +148,13 @@ def resolve_module_level_names(items, tests_dir: str) -> None:
             continue
         namespace = vars(module)
         for name, value in list(namespace.items()):
-            if isinstance(value, grading_remote.Remote):
-                namespace[name] = grading_remote.resolve_lazy(value)
+            if isinstance(value, grading_proxies.Remote):
+                namespace[name] = grading_proxies.resolve_lazy(value)
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", None)
         if isinstance(params, dict):
             for name, value in list(params.items()):
-                params[name] = grading_remote.resolve_lazy(value)
+                params[name] = grading_proxies.resolve_lazy(value)
 
 
 def empty_tree(root: str) -> None:
@@ -164,6 +165,45 @@ def empty_tree(root: str) -> None:
                 os.truncate(os.path.join(directory, name), 0)
             except OSError:
                 os.unlink(os.path.join(directory, name))
+
+
+def serve_sources_from_memory(tests_dir: str) -> None:
+    """Read every test-side file into this process and empty it on disk, then serve the sources to
+    pytest's assertion rewriting and to the import system from memory.
+
+    For suites that call workspace code while they are collected (``parametrize`` over the package's
+    own data, ``skipif(pkg.FLAG)``): the worker may then start during collection without ever
+    finding a test source to read."""
+    import importlib.machinery
+    import pathlib
+
+    from _pytest.assertion import rewrite
+
+    sources = {}
+    for directory, _, files in os.walk(tests_dir):
+        for name in files:
+            path = os.path.realpath(os.path.join(directory, name))
+            with open(path, "rb") as fh:
+                sources[path] = fh.read()
+    empty_tree(tests_dir)
+
+    class MemoryPath(type(pathlib.Path())):
+        def read_bytes(self):
+            found = sources.get(os.path.realpath(self))
+            return found if found is not None else super().read_bytes()
+
+    original_rewrite = rewrite._rewrite_test
+    original_get_data = importlib.machinery.SourceFileLoader.get_data
+
+    def rewrite_from_memory(fn, config):
+        return original_rewrite(MemoryPath(fn), config)
+
+    def get_data(self, path):
+        found = sources.get(os.path.realpath(path))
+        return found if found is not None else original_get_data(self, path)
+
+    rewrite._rewrite_test = rewrite_from_memory
+    importlib.machinery.SourceFileLoader.get_data = get_data
 
 
 def seed_worker_too(client) -> None:
@@ -204,12 +244,13 @@ def main(config_path: str) -> int:
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
     sys.dont_write_bytecode = True
 
+    import grading_import_hook
     import grading_remote
     import pytest
 
     pytest.hookimpl(trylast=True)(ResultPlugin.pytest_collection_finish)
     if config.get("collect_only"):
-        return collect_only(config, emitter, grading_remote, pytest, pytest_log)
+        return collect_only(config, emitter, grading_import_hook, pytest, pytest_log)
     worker_argv = [
         sys.executable,
         "-B",
@@ -219,12 +260,17 @@ def main(config_path: str) -> int:
     client = grading_remote.Client(
         worker_argv,
         cwd=config["workspace"],
-        env={**WORKER_ENV, "PYTHONPATH": ":".join(grading_remote.import_roots(config["workspace"]))},
+        env={**WORKER_ENV, "PYTHONPATH": ":".join(grading_import_hook.import_roots(config["workspace"]))},
         call_timeout_s=float(config["call_timeout_s"]),
         deadline=deadline,
     )
-    served = grading_remote.install(client, config["workspace"], config["rootdir"], config.get("pristine"))
+    served = grading_import_hook.install(
+        client, config["workspace"], config["rootdir"], config.get("pristine")
+    )
     seed_worker_too(client)
+    if config.get("eager_workspace"):
+        serve_sources_from_memory(config["rootdir"])
+        client.allowed = True  # the test sources are gone from the disk: the worker may start now
     plugin = ResultPlugin(emitter, client, config["rootdir"])
     try:
         exitstatus = int(pytest.main(pytest_args(config), plugins=[plugin]))
@@ -259,9 +305,9 @@ def pytest_args(config: dict, *extra: str) -> list:
     ]  # fmt: skip
 
 
-def collect_only(config: dict, emitter: Emitter, grading_remote, pytest, pytest_log) -> int:
+def collect_only(config: dict, emitter: Emitter, grading_import_hook, pytest, pytest_log) -> int:
     """Count the hidden tests as pytest collects them; workspace names are lazy references only."""
-    served = grading_remote.install(None, config["workspace"], config["rootdir"])
+    served = grading_import_hook.install(None, config["workspace"], config["rootdir"])
     plugin = ResultPlugin(emitter, None, config["rootdir"])
     exitstatus = int(pytest.main(pytest_args(config, "--collect-only"), plugins=[plugin]))
     emitter.emit(

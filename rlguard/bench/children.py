@@ -1,0 +1,38 @@
+"""The benchmarks' child processes (gateways, policy servers, MCP servers): a free loopback port to
+give one, and the wait until it answers, so a child that dies or hangs at start is one clear error."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+from rlguard.errors import RlguardError
+
+
+def free_port() -> int:
+    """A loopback port free at this moment (the child binds it next)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until_answers(
+    proc: subprocess.Popen, health_url: str, what: str, log: Path, timeout_s: float = 180.0
+) -> None:
+    """Return once ``health_url`` answers 200. Raise when the child exits first or does not answer
+    within ``timeout_s``; stopping it is the caller's (it knows how)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RlguardError(f"the {what} exited during start; see {log}")
+        try:
+            if httpx.get(health_url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RlguardError(f"the {what} did not start within {timeout_s:g} s; see {log}")
