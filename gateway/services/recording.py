@@ -11,7 +11,9 @@ the template's end of the assistant turn, and the template's rendering of what t
 
 - ``drift``: the harness sent back the previous reply changed (its own re-rendering, a stripped or
   rewritten message): the context it shows the model is not what the model produced. Counted per
-  episode; a new sub-trajectory starts so every row is still exactly what the engine saw.
+  episode; a new sub-trajectory starts so every row is still exactly what the engine saw (unless
+  the whole re-rendering still extends the context token for token: then it continues, still
+  counted as drift).
 - ``rewrite``: the harness changed earlier history (its compaction or truncation), left the model's
   last turn out (mini-swe-agent drops a reply it cannot parse) or changed the tools: a new
   sub-trajectory, as rlguard's own runner starts one at each compaction.
@@ -180,7 +182,12 @@ class Recording:
         ids = renderer.encode(full_text)
         context = self.context
         extends = bool(context) and len(ids) > len(context) and ids[: len(context)] == context
-        return PromptPlan(ids, "continued" if extends else kind, extends, why, **fields)
+        # A changed reply is drift even when its re-rendering still extends the context token for
+        # token (a reply cut by max_tokens, then added to): the count is what the harness did, the
+        # sub-trajectory follows the tokens.
+        if extends and kind != "drift":
+            kind = "continued"
+        return PromptPlan(ids, kind, extends, why, **fields)
 
     def _check_room(self) -> None:
         if self.closed:

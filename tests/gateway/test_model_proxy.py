@@ -73,7 +73,7 @@ def test_a_changed_reply_is_drift_and_a_rewritten_history_a_new_sub_trajectory(p
     messages: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "Fix matrixlib."}]
     first = chat(client, messages)
     changed = first.choices[0].message.model_dump(exclude_none=True)
-    changed["content"] = (changed.get("content") or "") + " (edited by the harness)"
+    changed["content"] = "The harness rewrote this reply."  # not a token-for-token extension of it
     messages += [changed, {"role": "user", "content": "Go on."}]
     chat(client, messages)
     chat(client, [SYSTEM, {"role": "user", "content": "Summary of the work so far: none. Go on."}])

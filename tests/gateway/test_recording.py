@@ -95,6 +95,22 @@ def test_changed_replies_dropped_replies_and_changed_tools(renderer: ChatRendere
         recording.plan_chat(renderer, normalize_messages(base), [BASH])
 
 
+def test_a_reply_added_to_is_drift_even_when_its_tokens_still_extend(renderer: ChatRenderer) -> None:
+    recording = Recording(None, max_turns=3)
+    base = [{"role": "user", "content": "Fix it."}]
+    plan = recording.plan_chat(renderer, normalize_messages(base), None)
+    completion = renderer.encode("Hello there")  # cut by max_tokens: no end of turn sampled
+    reply = renderer.reply(completion, "length", parse_tools=False)
+    recording.record(plan, completion, [-0.5] * len(completion), "0", reply, reply.content, 1.0)
+    added = {"role": "assistant", "content": "Hello there (edited by the harness)"}
+    messages = [*base, added, {"role": "user", "content": "Go."}]
+    second = recording.plan_chat(renderer, normalize_messages(messages), None)
+    assert second.kind == "drift" and second.extends
+    assert second.ids[: len(plan.ids) + len(completion)] == plan.ids + completion
+    recording.record(second, completion, [-0.5] * len(completion), "0", reply, reply.content, 1.0)
+    assert recording.summary()["drift"] == 1 and recording.summary()["sub_trajectories"] == 1
+
+
 def test_messages_are_checked(renderer: ChatRenderer) -> None:
     with pytest.raises(RenderError, match="role"):
         normalize_messages([{"role": "robot", "content": "x"}])
