@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import func, select, update
 
 from store.errors import StoreError
-from store.models import EpisodeRow, EpisodeStatus, SubTrajectoryRow, TrainingStepRow, utcnow
+from store.models import EpisodeRow, EpisodeStatus, SubTrajectoryRow, ToolCallRow, TrainingStepRow, utcnow
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
@@ -30,10 +30,13 @@ class ConsumptionConflict(StoreError):
 
 @dataclass(frozen=True)
 class TrainableEpisode:
-    """An ended, rewarded episode with every one of its sub-trajectories, in index order (detached)."""
+    """An ended, rewarded episode with every one of its sub-trajectories, in index order (detached),
+    and how many of its tool calls the agent was answered with a decoy (what an intercept penalty
+    charges: flagged calls ran for real, and honest agents write tests too)."""
 
     episode: EpisodeRow
     sub_trajectories: list[SubTrajectoryRow]
+    decoyed_calls: int = 0
 
 
 class TrainingQueries:
@@ -88,7 +91,16 @@ class TrainingQueries:
                 .order_by(SubTrajectoryRow.episode_id, SubTrajectoryRow.index)
             ):
                 rows_by_episode[row.episode_id].append(row)
-        return [TrainableEpisode(episodes[i], rows_by_episode[i]) for i in episode_ids]
+            decoyed = dict(
+                session.execute(
+                    select(ToolCallRow.episode_id, func.count(ToolCallRow.id))
+                    .where(ToolCallRow.episode_id.in_(episode_ids), ToolCallRow.was_decoy.is_(True))
+                    .group_by(ToolCallRow.episode_id)
+                ).all()
+            )
+        return [
+            TrainableEpisode(episodes[i], rows_by_episode[i], int(decoyed.get(i, 0))) for i in episode_ids
+        ]
 
     def mark_unusable(self, reasons: dict[str, str]) -> int:
         """Mark episodes the trainer will never train on, with why (``{episode_id: reason}``); an

@@ -209,6 +209,8 @@ def test_missing_files_and_bad_values_are_one_line(state: Path, tmp_path: Path) 
         ("bench", "decoy", "--regimes", "sometimes"): "sometimes",
         ("train", "--algo", "nope"): "bad value for --algo: unknown algorithm 'nope'; known: grpo, opd, ppo",
         ("train", "--algo", "opd"): "needs at least one --teacher",
+        ("train", "--intercept-penalty", "-0.5"): "--intercept-penalty",
+        ("loop", "--intercept-penalty", "-1"): "--intercept-penalty",
         ("loop", "--schedule", "sometimes"): "--schedule must be sync or async",
         ("mcp", "serve", "--task", "lru-cache", "--transport", "pigeon"): "--transport must be one of",
         ("mcp", "serve", "--task", "builtin/lru-cache"): "give the task id alone",

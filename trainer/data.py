@@ -32,6 +32,7 @@ class StepData:
     episodes: int
     unusable: dict[str, str] = field(default_factory=dict)
     episode_names: dict[int, str] = field(default_factory=dict)  # Sample.episode_id -> the store's id
+    decoyed_calls: int = 0  # calls answered with a decoy, over the usable episodes
 
 
 def parse_policy_version(version: str | None) -> int:
@@ -79,6 +80,7 @@ def load_step_data(
     run: str | None = None,
     policy_versions: list[str] | None = None,
     mark_unusable: bool = True,
+    intercept_penalty: float = 0.0,
 ) -> StepData:
     """Up to ``max_episodes`` oldest ended, rewarded, unconsumed episodes, every sub-trajectory of each
     (only among ``episode_ids`` when given: the asynchronous loop's queue names them; only of ``run``
@@ -89,6 +91,10 @@ def load_step_data(
     infrastructure error; the others are returned in ``unusable`` with the reason and, with
     ``mark_unusable``, marked so in the store (they would otherwise come back at every step, oldest
     first, and could stall a trainer that reads a few episodes at a time).
+
+    The reward trained on is the graded reward less ``intercept_penalty`` per call the agent was
+    answered with a decoy (not floored: a floor would make every cheat past it free); the store
+    keeps the grade as it was.
     """
     found = store.trainable_episodes(max_episodes, episode_ids, run, policy_versions)
     if not found:
@@ -99,6 +105,7 @@ def load_step_data(
     unusable: dict[str, str] = {}
     names: dict[int, str] = {}
     used = 0
+    decoyed_calls = 0
     for number, item in enumerate(found):
         rows, episode = item.sub_trajectories, item.episode
         problem = unusable_reason(episode, rows, max_sequence_tokens)
@@ -106,7 +113,9 @@ def load_step_data(
             unusable[episode.id] = problem
             continue
         used += 1
+        decoyed_calls += item.decoyed_calls
         names[number] = episode.id
+        reward = float(episode.reward or 0.0) - intercept_penalty * item.decoyed_calls
         group = task_numbers.setdefault(episode.task_id, len(task_numbers))
         last_index = rows[-1].index
         reason = end_reason(episode)
@@ -121,7 +130,7 @@ def load_step_data(
                     sub_index=row.index,
                     is_last=row.index == last_index,
                     truncated=is_truncated(episode),
-                    reward=float(episode.reward or 0.0),
+                    reward=reward,
                     group_id=group,
                     policy_version=version,
                     record_id=row.id,
@@ -133,7 +142,7 @@ def load_step_data(
             record_ids.append(row.id)
     if unusable and mark_unusable:
         store.mark_unusable(unusable)
-    return StepData(samples, record_ids, used, unusable, names)
+    return StepData(samples, record_ids, used, unusable, names, decoyed_calls)
 
 
 def unusable_reason(

@@ -54,6 +54,12 @@ class TrainerSettings(BaseModel):
         False, description="KL shaped into token rewards (default: a loss term, as verl for outcome rewards)"
     )
     normalize_advantages: bool = Field(True, description="Whiten GAE advantages over the batch")
+    intercept_penalty: float = Field(
+        0.0,
+        ge=0,
+        description="Reward taken off an episode per call answered with a decoy (0 = the grade as is; "
+        "rlguard bench decoy: without a cost, the cheats stage 1 misses keep paying)",
+    )
     rollout_temperature: float = Field(
         1.0, gt=0, description="The rollout's sampling temperature: the trainer scores logprobs at it"
     )

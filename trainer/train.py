@@ -100,6 +100,7 @@ class TrainingRun:
             run,
             policy_versions,
             mark_unusable=self.runtime.is_main,
+            intercept_penalty=self.settings.intercept_penalty,
         )
         self.unusable_episodes += len(data.unusable)
         staleness = apply_staleness(
@@ -130,6 +131,7 @@ class TrainingRun:
         if self.runtime.all_reduce_max(int(bool(mine))) == 0:
             return None
         staleness.metrics["data/unusable_episodes"] = float(len(data.unusable))
+        staleness.metrics["data/decoyed_calls_per_episode"] = data.decoyed_calls / max(data.episodes, 1)
         metrics = self.trainer.train_step(mine) | staleness.metrics
         step = self.trainer.step
         checkpoint = save_checkpoint(

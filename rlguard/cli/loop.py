@@ -10,7 +10,7 @@ import typer
 from rlguard.cli.output import bar, console, line, print_json
 from rlguard.cli.policy import MODEL_HELP
 from rlguard.cli.rollout import SUITES_HELP, chosen_tasks
-from rlguard.cli.train import trainer_settings
+from rlguard.cli.train import INTERCEPT_PENALTY_HELP, trainer_settings
 from rlguard.settings import get_settings
 from trainer.errors import TrainerError
 
@@ -53,6 +53,9 @@ def loop(
     served_model_name: str = typer.Option(
         "default", "--served-model-name", help="The model name --policy-url answers to"
     ),
+    intercept_penalty: float | None = typer.Option(
+        None, "--intercept-penalty", min=0, help=INTERCEPT_PENALTY_HELP
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the run's summary as JSON"),
 ) -> None:
     """The closed loop: rollout, train, reload, repeat.
@@ -70,7 +73,9 @@ def loop(
 
     if schedule not in SCHEDULES:
         raise TrainerError(f"--schedule must be sync or async, not {schedule!r}")
-    trainer = trainer_settings(algo, {"reload_protocol": reload_protocol})
+    trainer = trainer_settings(
+        algo, {"reload_protocol": reload_protocol, "intercept_penalty": intercept_penalty}
+    )
     settings = get_settings().model_copy(deep=True)
     suites = resolve_suites(settings, suite)
     chosen_tasks(suites, task)

@@ -15,6 +15,10 @@ from rlguard.cli.serve import DATABASE_URL_HELP
 from rlguard.settings import get_settings
 from trainer.errors import TrainerError
 
+INTERCEPT_PENALTY_HELP = (
+    "Reward taken off an episode per call answered with a decoy (default 0; see rlguard bench decoy)"
+)
+
 
 def parse_pairs(values: list[str], option: str) -> dict[str, str]:
     """``["a=x", "b=y"]`` -> ``{"a": "x", "b": "y"}``; a clear error for anything else."""
@@ -98,6 +102,9 @@ def train(
         None, "--kl-coef", help="Weight of the KL penalty to the reference policy"
     ),
     ppo_epochs: int | None = typer.Option(None, "--ppo-epochs", help="Passes over a step's data"),
+    intercept_penalty: float | None = typer.Option(
+        None, "--intercept-penalty", min=0, help=INTERCEPT_PENALTY_HELP
+    ),
     device: str | None = typer.Option(None, "--device", help="cpu or cuda (default: cuda when present)"),
     teacher: list[str] = typer.Option(
         [], "--teacher", metavar="NAME=PATH", help="opd: NAME=PATH of a teacher (repeatable)"
@@ -130,7 +137,13 @@ def train(
         raise TrainerError("--algo opd needs at least one --teacher NAME=PATH")
     settings = trainer_settings(
         algo,
-        {"actor_lr": actor_lr, "critic_lr": critic_lr, "kl_coef": kl_coef, "ppo_epochs": ppo_epochs}
+        {
+            "actor_lr": actor_lr,
+            "critic_lr": critic_lr,
+            "kl_coef": kl_coef,
+            "ppo_epochs": ppo_epochs,
+            "intercept_penalty": intercept_penalty,
+        }
         | teacher_settings(teacher, route, reward_weight),
     )
     url = resolved_url(get_settings(), database_url)

@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 import trainer.train as train_module
 from store.migrate import upgrade
-from store.models import EpisodeRow, SubTrajectoryRow, TrainingStepRow
+from store.models import EpisodeRow, SubTrajectoryRow, ToolCallRow, TrainingStepRow, utcnow
 from store.repository import Store
 from store.training import ConsumptionConflict
 from tests.trainer.conftest import store_episode
@@ -91,6 +91,71 @@ def test_run_and_policy_filters_take_a_loop_its_own_round(store: Store) -> None:
     assert ids(store.trainable_episodes(10, policy_versions=["0"])) == ["other", "mine-0", "anon"]
     data = load_step_data(store, 1, run="me", policy_versions=["1"])
     assert data.episodes == 1 and len(data.samples) == 2
+
+
+def record_calls(store: Store, episode_id: str, actions: list[str]) -> None:
+    """Tool calls of one episode as the gateway records them: ``decoy`` answered with a decoy,
+    ``flag`` run for real and flagged, ``allow`` run for real."""
+    store.record_calls(
+        [
+            ToolCallRow(
+                episode_id=episode_id,
+                seq=seq,
+                tool="bash",
+                arguments={"command": f"step {seq}"},
+                normalized=f"step {seq}",
+                action=action,
+                stage=None if action == "allow" else "rules",
+                reason="",
+                answer_output="",
+                answer_exit_code=0,
+                answer_truncated=False,
+                was_decoy=action == "decoy",
+                exit_code=None if action == "decoy" else 0,
+                timed_out=False,
+                guard_ms=0.1,
+                exec_ms=0.0 if action == "decoy" else 1.0,
+                total_ms=1.5,
+                created_at=utcnow(),
+            )
+            for seq, action in enumerate(actions)
+        ]
+    )
+
+
+def test_an_intercept_penalty_charges_each_decoyed_call_and_leaves_the_grade_stored(store: Store) -> None:
+    store_episode(store, "cheat", "suite/a", 1.0, TWO_PARTS)
+    record_calls(store, "cheat", ["allow", "decoy", "flag", "decoy"])
+    store_episode(store, "tests", "suite/a", 1.0, ONE_PART)
+    record_calls(store, "tests", ["flag", "allow"])  # an honest agent writing a test: not charged
+    store_episode(store, "caught", "suite/a", 0.0, ONE_PART)
+    record_calls(store, "caught", ["decoy"])
+
+    plain = load_step_data(store, max_episodes=10)
+    assert [s.reward for s in plain.samples] == [1.0, 1.0, 1.0, 0.0] and plain.decoyed_calls == 3
+    charged = load_step_data(store, max_episodes=10, intercept_penalty=0.3)
+    rewards = {(s.episode_id, s.sub_index): s.reward for s in charged.samples}
+    assert rewards == pytest.approx({(0, 0): 0.4, (0, 1): 0.4, (1, 0): 1.0, (2, 0): -0.3})  # no floor
+    with store.sessions() as session:
+        stored = dict(session.execute(select(EpisodeRow.id, EpisodeRow.reward)).all())
+    assert stored == {"cheat": 1.0, "tests": 1.0, "caught": 0.0}
+
+
+def test_a_step_trains_on_the_charged_reward(
+    store: Store, db_url: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    store_episode(store, "cheat", "suite/a", 1.0, ONE_PART)
+    record_calls(store, "cheat", ["decoy", "decoy"])
+    store_episode(store, "honest", "suite/a", 1.0, ONE_PART)
+    settings = TrainerSettings(actor_lr=1e-3, critic_warmup_steps=0, intercept_penalty=0.5)
+    run = TrainingRun(
+        tmp_path / "run", tiny_model_dir, db_url, settings, init_runtime(device="cpu"), tensorboard=False
+    )
+    result = run.step(max_episodes=10)
+    run.close()
+    assert result is not None
+    assert result.metrics["data/decoyed_calls_per_episode"] == 1.0
+    assert result.metrics["data/reward_mean"] == pytest.approx(0.5)  # (1 - 2 x 0.5 + 1) / 2
 
 
 def test_commit_is_atomic_and_refuses_double_consumption(store: Store) -> None:
