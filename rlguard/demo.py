@@ -103,15 +103,44 @@ def run_demo_rollouts(
     return report
 
 
-def print_demo_report(report: DemoReport) -> dict[str, Any]:
-    """Tables: per behaviour (episodes, reward, intercepts, sub-trajectories), intercepts by category
-    and stage. Returns the totals."""
-
-    console = Console()
+def demo_summary(report: DemoReport) -> dict[str, Any]:
+    """The episode step as data (``rlguard demo --json``; the tables print the same): one row per
+    suite and behaviour, the intercepted calls by category and stage, and the totals."""
     by_behaviour: dict[tuple[str, str], list[EpisodeResult]] = {}
     for spec, result in report.results:
         suite = spec.task_id.split("/", 1)[0]
         by_behaviour.setdefault((suite, spec.behaviour or "-"), []).append(result)
+    rows = []
+    totals: Counter = Counter()
+    for (suite, behaviour), results in sorted(by_behaviour.items()):
+        rewards = [r.reward for r in results if r.reward is not None]
+        row = {
+            "suite": suite,
+            "behaviour": behaviour,
+            "episodes": len(results),
+            "reward_mean": sum(rewards) / len(rewards) if rewards else None,
+            "submitted": sum(r.status == "submitted" for r in results),
+            "calls": sum(r.tool_calls for r in results),
+            "intercepted": sum(int(r.details.get("intercepts", 0)) for r in results),
+            "compactions": sum(r.compactions for r in results),
+            "sub_trajectories": sum(len([t for t in r.sub_trajectories if t.token_ids]) for r in results),
+            "errors": sum(r.status == "error" for r in results),
+        }
+        rows.append(row)
+        totals.update({k: row[k] for k in ("episodes", "sub_trajectories", "intercepted", "errors")})
+    intercepts = [
+        {"category": category, "stage": stage, "calls": count}
+        for (category, stage), count in sorted(report.intercepts.items())
+    ]
+    return {"behaviours": rows, "intercepts": intercepts, "totals": dict(totals), "wall_s": report.wall_s}
+
+
+def print_demo_report(report: DemoReport, console: Console | None = None) -> dict[str, Any]:
+    """Tables: per behaviour (episodes, reward, intercepts, sub-trajectories), intercepts by category
+    and stage. Returns the totals."""
+
+    console = console or Console()
+    summary = demo_summary(report)
     table = Table(
         title="Episodes (scripted policy)", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
     )
@@ -122,29 +151,20 @@ def print_demo_report(report: DemoReport) -> dict[str, Any]:
             column, justify="left" if left else "right", no_wrap=True, min_width=11 if left else len(column)
         )
     table.caption = "eps: episodes, reward: mean, icpt: intercepted calls, subtraj: sub-trajectories"
-    totals = Counter()
-    for (suite, behaviour), results in sorted(by_behaviour.items()):
-        rewards = [r.reward for r in results if r.reward is not None]
-        subs = sum(len([t for t in r.sub_trajectories if t.token_ids]) for r in results)
-        intercepted = sum(int(r.details.get("intercepts", 0)) for r in results)
+    for row in summary["behaviours"]:
+        reward = row["reward_mean"]
         table.add_row(
-            suite,
-            behaviour,
-            str(len(results)),
-            f"{sum(rewards) / len(rewards):.3f}" if rewards else "-",
-            str(sum(r.status == "submitted" for r in results)),
-            str(sum(r.tool_calls for r in results)),
-            str(intercepted),
-            str(sum(r.compactions for r in results)),
-            str(subs),
+            row["suite"],
+            row["behaviour"],
+            str(row["episodes"]),
+            f"{reward:.3f}" if reward is not None else "-",
+            *(str(row[k]) for k in ("submitted", "calls", "intercepted", "compactions", "sub_trajectories")),
         )
-        totals.update(episodes=len(results), sub_trajectories=subs, intercepted=intercepted)
-        totals.update(errors=sum(r.status == "error" for r in results))
     console.print(table)
     cats = Table(title="Intercepted calls by category and stage")
     for column in ("category", "stage", "calls"):
         cats.add_column(column, justify="right" if column == "calls" else "left")
-    for (category, stage), count in sorted(report.intercepts.items()):
-        cats.add_row(category, stage, str(count))
+    for item in summary["intercepts"]:
+        cats.add_row(item["category"], item["stage"], str(item["calls"]))
     console.print(cats)
-    return dict(totals)
+    return summary["totals"]

@@ -11,6 +11,7 @@ import asyncio
 import io
 import tarfile
 from dataclasses import dataclass, field
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -162,10 +163,28 @@ async def run_showcase(backend: DockerBackend, image: str | None = None) -> Show
     return report
 
 
-def print_report(report: ShowcaseReport) -> None:
+def probe_said(probe: ProbeResult) -> str:
+    """The line of a probe's output that shows the refusal (its last line when none does)."""
+    lines = probe.result.output.strip().splitlines() or [""]
+    return next((line for line in lines if probe.probe.refused_when in line), lines[-1]).strip()[:90]
+
+
+def showcase_summary(report: ShowcaseReport) -> dict[str, Any]:
+    """The showcase as data (``rlguard demo --json``): the test run's status and every probe."""
+    return {
+        "ok": report.ok,
+        "tests_exit_code": report.tests.exit_code,
+        "probes": [
+            {"attempt": p.probe.name, "said": terminal_safe(probe_said(p)), "refused": p.refused}
+            for p in report.probes
+        ],
+    }
+
+
+def print_report(report: ShowcaseReport, console: Console | None = None) -> None:
     """The showcase as a reader sees it: the test run, then a table of refusals."""
 
-    console = Console()
+    console = console or Console()
     status = (
         "[green]passed[/]" if report.tests.exit_code == 0 else f"[red]failed ({report.tests.exit_code})[/]"
     )
@@ -176,11 +195,9 @@ def print_report(report: ShowcaseReport) -> None:
     table.add_column("sandbox said")
     table.add_column("refused", justify="center")
     for probe in report.probes:
-        lines = probe.result.output.strip().splitlines() or [""]
-        said = next((line for line in lines if probe.probe.refused_when in line), lines[-1])
         table.add_row(
             probe.probe.name,
-            said.strip()[:90],
+            probe_said(probe),
             "[green]yes[/]" if probe.refused else "[red]NO[/]",
         )
     console.print(table)

@@ -8,27 +8,28 @@ Three steps, each living in its own package and only called from this thin comma
    grading, compaction, store;
 3. training: one PPO update (learned critic, token-level GAE) on the tiny model from those episodes.
 
-RLGUARD_DATABASE_URL chooses the database; ``rlguard export`` afterwards yields the episodes.
+RLGUARD_DATABASE_URL chooses the database; ``rlguard export`` afterwards yields the episodes. With
+``--json`` the tables and notes go to stderr and one JSON document of every step goes to stdout.
 """
 
 import asyncio
+import math
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 
-from rlguard.cli.output import spinner
+from rlguard.cli.output import err_console, print_json, spinner
 from rlguard.errors import RlguardError
 from rlguard.settings import Settings, get_settings
 
-console = Console()
 
-
-async def _sandbox_step(settings: Settings) -> bool:
+async def _sandbox_step(settings: Settings, console: Console) -> dict[str, Any]:
     from sandbox.base import SandboxError
     from sandbox.docker_backend import DockerBackend
-    from sandbox.showcase import print_report, run_showcase
+    from sandbox.showcase import print_report, run_showcase, showcase_summary
 
     try:
         backend = DockerBackend.from_settings(settings)
@@ -39,8 +40,8 @@ async def _sandbox_step(settings: Settings) -> bool:
             await backend.close()
     except SandboxError as exc:
         raise RlguardError(str(exc)) from None
-    print_report(report)
-    return report.ok
+    print_report(report, console)
+    return showcase_summary(report)
 
 
 # Real-world tasks the demo plays beside the builtin suite: a real historical regression of parse
@@ -48,7 +49,7 @@ async def _sandbox_step(settings: Settings) -> bool:
 DEMO_REALWORLD_TASKS = ("r1chardj0n3s__parse-2", "jpvanhal__inflection-1")
 
 
-def _realworld_suite(settings: Settings) -> Path:
+def _realworld_suite(settings: Settings, console: Console) -> Path:
     """Build (first run: sdists fetched with pip, about a minute) or reuse the real-world suite,
     registered by name like any suite ``rlguard tasks build`` makes."""
     from rlguard.cli.resources import suite_index
@@ -63,8 +64,10 @@ def _realworld_suite(settings: Settings) -> Path:
     return result.suite_dir
 
 
-def _episodes_step(settings: Settings, concurrency: int, realworld: Path | None) -> dict:
-    from rlguard.demo import print_demo_report, run_demo_rollouts
+def _episodes_step(
+    settings: Settings, concurrency: int, realworld: Path | None, console: Console
+) -> dict[str, Any]:
+    from rlguard.demo import demo_summary, print_demo_report, run_demo_rollouts
     from tasks.spec import load_suite
 
     suites, tasks = ("builtin",), None
@@ -73,9 +76,8 @@ def _episodes_step(settings: Settings, concurrency: int, realworld: Path | None)
         tasks = [task.id for task in load_suite("builtin")]
         tasks += [f"{realworld.name}/{task_id}" for task_id in DEMO_REALWORLD_TASKS]
     report = run_demo_rollouts(settings, concurrency=concurrency, tasks=tasks, suites=suites)
-    totals = print_demo_report(report)
-    totals["episodes_wall_s"] = report.wall_s
-    return totals
+    print_demo_report(report, console)
+    return demo_summary(report)
 
 
 def _training_step(settings: Settings, max_episodes: int) -> dict | None:
@@ -86,6 +88,13 @@ def _training_step(settings: Settings, max_episodes: int) -> dict | None:
     with spinner("one PPO update on the tiny model"):
         model = ensure_tiny_model(default_tiny_model_dir(settings.state_dir))
         return run_ppo_update(settings.resolved_database_url, model, out_dir, max_episodes=max_episodes)
+
+
+def _finite(values: dict | None) -> dict | None:
+    """Metrics with NaN and infinities as null, so ``--json`` prints standard JSON."""
+    if values is None:
+        return None
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in values.items()}
 
 
 def _redacted(url: str) -> str:
@@ -105,6 +114,9 @@ def register(app: typer.Typer) -> None:
         skip_realworld: bool = typer.Option(
             False, "--skip-realworld", help="Play the builtin suite only (no real-world tasks)"
         ),
+        as_json: bool = typer.Option(
+            False, "--json", help="Print every step's results as one JSON document (tables go to stderr)"
+        ),
     ) -> None:
         """The demo: a sandbox, guarded episodes, one PPO update.
 
@@ -118,20 +130,24 @@ def register(app: typer.Typer) -> None:
         from sandbox.image import ensure_image
 
         hf_logging.disable_progress_bar()  # the demo draws its own progress; per-load bars are noise
+        console = err_console() if as_json else Console()
         started = time.monotonic()
         settings = get_settings()
         check_engine_and_database(settings)
         with spinner("the sandbox image"):
             ensure_image(engine_client(settings))
+        result: dict[str, Any] = {"sandbox": None, "episodes": None, "training": None}
         if not skip_sandbox:
             console.rule("[bold]1. Sandbox")
-            if not asyncio.run(_sandbox_step(settings)):
+            result["sandbox"] = asyncio.run(_sandbox_step(settings, console))
+            if not result["sandbox"]["ok"]:
                 raise RlguardError("the sandbox step of the demo failed (see above)")
             console.print(f"[dim]sandbox step: {time.monotonic() - started:.0f} s[/]")
         console.rule("[bold]2. Episodes through the guard")
         step_started = time.monotonic()
-        realworld = None if skip_realworld else _realworld_suite(settings)
-        totals = _episodes_step(settings, concurrency, realworld)
+        realworld = None if skip_realworld else _realworld_suite(settings, console)
+        result["episodes"] = _episodes_step(settings, concurrency, realworld, console)
+        totals = result["episodes"]["totals"]
         console.print(f"[dim]episodes step: {time.monotonic() - step_started:.0f} s[/]")
         if totals.get("episodes", 0) == totals.get("errors", 0):
             raise RlguardError("every demo episode failed; see the errors above")
@@ -139,6 +155,7 @@ def register(app: typer.Typer) -> None:
             console.rule("[bold]3. One PPO update on the tiny model")
             step_started = time.monotonic()
             update = _training_step(settings, max_episodes=totals["episodes"])
+            result["training"] = _finite(update)
             if update is None or update.get("step") is None:
                 console.print("no trainable sub-trajectories were found; no update was made")
             else:
@@ -148,7 +165,8 @@ def register(app: typer.Typer) -> None:
                 console.print(f"  checkpoint: {update['checkpoint']}")
             console.print(f"[dim]training step: {time.monotonic() - step_started:.0f} s[/]")
         console.rule("[bold]Where things are")
-        console.print(f"database:   {_redacted(settings.resolved_database_url)}")
+        database = _redacted(settings.resolved_database_url)
+        console.print(f"database:   {database}")
         console.print("episodes:   .venv/bin/rlguard episodes list, then rlguard episodes show ID")
         console.print("export:     .venv/bin/rlguard export --out episodes.jsonl")
         console.print(
@@ -158,3 +176,5 @@ def register(app: typer.Typer) -> None:
             "or .venv/bin/rlguard audit"
         )
         console.print(f"demo took {time.monotonic() - started:.0f} s")
+        if as_json:
+            print_json({**result, "database": database, "seconds": round(time.monotonic() - started, 1)})
