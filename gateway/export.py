@@ -7,7 +7,8 @@ the first generated token), ``response_ids`` (the rest: generated turns *and* th
 between them), ``response_mask`` = ``loss_mask`` (1 on generated tokens only) and
 ``response_logprobs`` (the engine's logprobs, 0.0 where the mask is 0). Episode facts ride along:
 ``reward`` (on every row; ``is_last`` marks the row an outcome reward belongs to), ``end_reason``,
-``status``, ``intercepts``, ``trainable``, the proxy's ``drift`` count, ``policy_version`` and
+``status``, ``intercepts`` (calls decoyed or flagged), ``decoyed_calls`` (answered with a decoy:
+what ``--intercept-penalty`` charges), ``trainable``, the proxy's ``drift`` count, ``policy_version`` and
 ``version_spans`` (which weights generated each span ``[start, end)``; null for one version), and the
 chat ``messages`` (rows the model proxy recorded). The Parquet file's metadata names the model and
 tokenizer (``rlguard.export``), a JSON-lines file has them beside it in ``PATH.meta.json``; rows
@@ -28,7 +29,7 @@ import pyarrow.parquet as pq
 
 from store.repository import Store
 
-EXPORT_FORMAT_VERSION = 2
+EXPORT_FORMAT_VERSION = 3
 _TOOL_CALL = pa.struct(
     [("id", pa.string()), ("type", pa.string()),
      ("function", pa.struct([("name", pa.string()), ("arguments", pa.string())]))]
@@ -48,6 +49,7 @@ EXPORT_SCHEMA = pa.schema(
         ("trainable", pa.bool_()),
         ("reward", pa.float64()),
         ("intercepts", pa.int32()),
+        ("decoyed_calls", pa.int32()),
         ("drift", pa.int32()),
         ("policy_version", pa.string()),
         (

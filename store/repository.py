@@ -341,12 +341,19 @@ class Store(TrainingQueries, LeaseQueries):
     ) -> Iterator[dict[str, Any]]:
         """One dict per sub-trajectory of episodes in ``statuses``, in the export layout.
 
-        Beside the row's own arrays: the episode's reward, status, intercepts and end reason, whether
+        Beside the row's own arrays: the episode's reward, status, intercepts (calls decoyed or
+        flagged), decoyed calls (what an intercept penalty charges) and end reason, whether
         the row is its episode's last (``is_last``: where an outcome reward lands), the chat
         ``messages`` the model proxy kept, and the proxy's drift count and model (null otherwise)."""
         intercepts = (
             select(func.count(ToolCallRow.id))
             .where(ToolCallRow.episode_id == EpisodeRow.id, ToolCallRow.action != "allow")
+            .correlate(EpisodeRow)
+            .scalar_subquery()
+        )
+        decoyed = (
+            select(func.count(ToolCallRow.id))
+            .where(ToolCallRow.episode_id == EpisodeRow.id, ToolCallRow.was_decoy.is_(True))
             .correlate(EpisodeRow)
             .scalar_subquery()
         )
@@ -363,6 +370,7 @@ class Store(TrainingQueries, LeaseQueries):
                 EpisodeRow.status,
                 EpisodeRow.details,
                 intercepts,
+                decoyed,
                 last_index,
             )
             .join(EpisodeRow, SubTrajectoryRow.episode_id == EpisodeRow.id)
@@ -370,9 +378,9 @@ class Store(TrainingQueries, LeaseQueries):
             .order_by(EpisodeRow.created_at, EpisodeRow.id, SubTrajectoryRow.index)
         )
         with self.sessions() as session:
-            for sub, task_id, pv, reward, status, details, n_intercepts, last_idx in session.execute(
-                stmt
-            ).yield_per(256):
+            for sub, task_id, pv, reward, status, details, n_intercepts, n_decoyed, last_idx in (
+                session.execute(stmt).yield_per(256)
+            ):
                 proxy = (details or {}).get("model_proxy") or {}
                 yield {
                     "episode_id": sub.episode_id,
@@ -385,6 +393,7 @@ class Store(TrainingQueries, LeaseQueries):
                     "logprobs": decode_logprobs(sub.logprobs).tolist(),
                     "reward": reward,
                     "intercepts": int(n_intercepts),
+                    "decoyed_calls": int(n_decoyed),
                     "status": status,
                     "end_reason": (details or {}).get("end_reason"),
                     "trainable": bool(sub.trainable),

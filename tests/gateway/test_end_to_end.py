@@ -108,6 +108,7 @@ def test_episode_end_to_end_then_audit_and_export(spawn_gateway, pg_database, tm
         "logprobs": [0.0, -0.5, -0.25],
         "reward": 1.0,
         "intercepts": 1,
+        "decoyed_calls": 1,
         "status": "finished",
         "version_spans": [
             {"start": 1, "end": 2, "version": "step-3"},

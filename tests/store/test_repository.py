@@ -167,6 +167,7 @@ def test_export_rows_layout(store: Store) -> None:
     store.add_sub_trajectory(_sub("e1", 0, n=2))
     store.add_sub_trajectory(_sub("e2", 0))
     store.record_call(_call("e1", 0, "decoy", "answer_fetch"))
+    store.record_call(_call("e1", 1, "flag", "test_tampering"))  # ran for real: intercepted, not decoyed
     store.end_episode("e1", EpisodeStatus.FINISHED, reward=0.75)
     rows = list(store.iter_export_rows())
     assert [(r["episode_id"], r["sub_index"]) for r in rows] == [("e1", 0), ("e1", 1)]  # e2 still running
@@ -179,7 +180,8 @@ def test_export_rows_layout(store: Store) -> None:
         "action_mask": [0, 1, 0],
         "logprobs": [-0.5, -0.5, -0.5],
         "reward": 0.75,
-        "intercepts": 1,
+        "intercepts": 2,
+        "decoyed_calls": 1,
         "status": "finished",
         "version_spans": None,
         "is_last": True,
