@@ -16,8 +16,9 @@ from store.codec import (
     encode_logprobs,
     encode_token_ids,
 )
-from store.models import EpisodeRow, EpisodeStatus, SubTrajectoryRow, ToolCallRow, utcnow
+from store.models import EpisodeRow, EpisodeStatus, SubTrajectoryRow, utcnow
 from store.repository import DuplicateError, InterceptFilter, Store
+from tests.support.store_rows import tool_call
 
 
 def _episode(store: Store, episode_id: str, policy_version: str | None = "v1", task: str = "s/t") -> None:
@@ -36,34 +37,6 @@ def _episode(store: Store, episode_id: str, policy_version: str | None = "v1", t
             last_activity_at=now,
             details={},
         )
-    )
-
-
-def _call(
-    episode_id: str, seq: int, action: str = "allow", category: str | None = None, stage: str = "rules"
-):
-    return ToolCallRow(
-        episode_id=episode_id,
-        seq=seq,
-        tool="bash",
-        arguments={"command": f"echo {seq}"},
-        normalized=f"echo {seq}",
-        action=action,
-        stage=stage,
-        rule_id="r1" if action != "allow" else None,
-        category=category,
-        confidence=0.9,
-        reason="because" if action != "allow" else "",
-        answer_output=f"{seq}\n",
-        answer_exit_code=0,
-        answer_truncated=False,
-        was_decoy=action == "decoy",
-        exit_code=0,
-        timed_out=False,
-        guard_ms=0.1,
-        exec_ms=1.0,
-        total_ms=1.5,
-        created_at=utcnow(),
     )
 
 
@@ -92,7 +65,7 @@ def test_codec_round_trips_compactly() -> None:
 def test_record_call_counts_and_orders_calls(store: Store) -> None:
     _episode(store, "e1")
     for seq in range(3):
-        store.record_call(_call("e1", seq))
+        store.record_call(tool_call("e1", seq))
     row = store.episode("e1", with_children=True)
     assert row is not None and row.num_calls == 3
     assert [c.seq for c in row.tool_calls] == [0, 1, 2]
@@ -102,9 +75,9 @@ def test_record_call_counts_and_orders_calls(store: Store) -> None:
 
 def test_same_call_number_twice_is_refused_whole(store: Store) -> None:
     _episode(store, "e1")
-    store.record_call(_call("e1", 0))
+    store.record_call(tool_call("e1", 0))
     with pytest.raises(Exception):  # noqa: B017 - the driver's IntegrityError class differs per backend
-        store.record_call(_call("e1", 0))
+        store.record_call(tool_call("e1", 0))
     row = store.episode("e1")
     assert row is not None and row.num_calls == 1  # the episode counter rolled back with the insert
 
@@ -131,10 +104,10 @@ def test_sub_trajectories_unique_per_index(store: Store) -> None:
 def test_intercepts_filter_and_stats(store: Store) -> None:
     _episode(store, "e1", policy_version="v1")
     _episode(store, "e2", policy_version="v2")
-    store.record_call(_call("e1", 0))
-    store.record_call(_call("e1", 1, "decoy", "answer_fetch"))
-    store.record_call(_call("e2", 0, "decoy", "test_tampering", stage="judge"))
-    store.record_call(_call("e2", 1, "flag", "git_history_leak"))
+    store.record_call(tool_call("e1", 0))
+    store.record_call(tool_call("e1", 1, "decoy", "answer_fetch"))
+    store.record_call(tool_call("e2", 0, "decoy", "test_tampering", stage="judge"))
+    store.record_call(tool_call("e2", 1, "flag", "git_history_leak"))
     everything = store.intercepts(InterceptFilter(), limit=10)
     assert [(i.call.episode_id, i.call.seq) for i in everything] == [("e2", 1), ("e2", 0), ("e1", 1)]
     assert [
@@ -166,8 +139,8 @@ def test_export_rows_layout(store: Store) -> None:
     store.add_sub_trajectory(_sub("e1", 1, n=3))
     store.add_sub_trajectory(_sub("e1", 0, n=2))
     store.add_sub_trajectory(_sub("e2", 0))
-    store.record_call(_call("e1", 0, "decoy", "answer_fetch"))
-    store.record_call(_call("e1", 1, "flag", "test_tampering"))  # ran for real: intercepted, not decoyed
+    store.record_call(tool_call("e1", 0, "decoy", "answer_fetch"))
+    store.record_call(tool_call("e1", 1, "flag", "test_tampering"))  # ran for real: not decoyed
     store.end_episode("e1", EpisodeStatus.FINISHED, reward=0.75)
     rows = list(store.iter_export_rows())
     assert [(r["episode_id"], r["sub_index"]) for r in rows] == [("e1", 0), ("e1", 1)]  # e2 still running

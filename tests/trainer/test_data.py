@@ -10,9 +10,10 @@ from sqlalchemy import select
 
 import trainer.train as train_module
 from store.migrate import upgrade
-from store.models import EpisodeRow, SubTrajectoryRow, ToolCallRow, TrainingStepRow, utcnow
+from store.models import EpisodeRow, SubTrajectoryRow, TrainingStepRow
 from store.repository import Store
 from store.training import ConsumptionConflict
+from tests.support.store_rows import tool_call
 from tests.trainer.conftest import store_episode
 from trainer.batch import pack_by_token_budget, padding_fraction
 from trainer.data import load_step_data
@@ -94,33 +95,7 @@ def test_run_and_policy_filters_take_a_loop_its_own_round(store: Store) -> None:
 
 
 def record_calls(store: Store, episode_id: str, actions: list[str]) -> None:
-    """Tool calls of one episode as the gateway records them: ``decoy`` answered with a decoy,
-    ``flag`` run for real and flagged, ``allow`` run for real."""
-    store.record_calls(
-        [
-            ToolCallRow(
-                episode_id=episode_id,
-                seq=seq,
-                tool="bash",
-                arguments={"command": f"step {seq}"},
-                normalized=f"step {seq}",
-                action=action,
-                stage=None if action == "allow" else "rules",
-                reason="",
-                answer_output="",
-                answer_exit_code=0,
-                answer_truncated=False,
-                was_decoy=action == "decoy",
-                exit_code=None if action == "decoy" else 0,
-                timed_out=False,
-                guard_ms=0.1,
-                exec_ms=0.0 if action == "decoy" else 1.0,
-                total_ms=1.5,
-                created_at=utcnow(),
-            )
-            for seq, action in enumerate(actions)
-        ]
-    )
+    store.record_calls([tool_call(episode_id, seq, action) for seq, action in enumerate(actions)])
 
 
 def test_an_intercept_penalty_charges_each_decoyed_call_and_leaves_the_grade_stored(store: Store) -> None:
