@@ -1,16 +1,28 @@
-"""The benchmarks' child processes (gateways, policy servers, MCP servers): a free loopback port to
-give one, and the wait until it answers, so a child that dies or hangs at start is one clear error."""
+"""The benchmarks' child processes (gateways, policy servers, MCP servers): started so that they end
+with the benchmark, a free loopback port to give one, and the wait until it answers, so a child that
+dies or hangs at start is one clear error."""
 
 from __future__ import annotations
 
+import functools
+import os
 import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from rlguard.errors import RlguardError
+from rlguard.loops.orphans import die_with_parent
+
+
+def start_child(args: list[str], **popen: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen`` of a server that gets SIGTERM when this process dies: a benchmark killed
+    by a signal runs no ``finally``, and its gateway (with its sandboxes) and policy server would
+    otherwise live on. Call it from the main thread (the kernel ties the signal to the thread)."""
+    return subprocess.Popen(args, preexec_fn=functools.partial(die_with_parent, os.getpid()), **popen)
 
 
 def free_port() -> int:

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from rlguard.bench.children import free_port, wait_until_answers
+from rlguard.bench.children import free_port, start_child, wait_until_answers
 from rlguard.errors import RlguardError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,7 +142,7 @@ class ServeProcess:
         }
         self.log_path = state / f"gateway-{self.port}.log"
         self._log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(
+        self.proc = start_child(
             [sys.executable, "-m", "rlguard", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
             env=full_env,
             stdout=self._log,

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import uvloop
 
-from rlguard.bench.children import free_port, wait_until_answers
+from rlguard.bench.children import free_port, start_child, wait_until_answers
 from rlguard.errors import RlguardError
 
 TASK = "builtin/matrix-transpose"
@@ -55,7 +55,7 @@ class GatewayUnderTest:
             **(extra_env or {}),
         }
         self.log = (state / "gateway.log").open("wb")
-        self.proc = subprocess.Popen(
+        self.proc = start_child(
             [sys.executable, "-m", "rlguard", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
             env=env,
             stdout=self.log,

@@ -22,7 +22,7 @@ import anyio
 import httpx
 from mcp import Client, StdioServerParameters
 
-from rlguard.bench.children import free_port
+from rlguard.bench.children import free_port, start_child
 from rlguard.bench.gateway import COMMAND, TASK, GatewayUnderTest
 from rlguard.errors import RlguardError
 
@@ -37,7 +37,7 @@ def _serve_args(url: str, *extra: str) -> list[str]:
 def _start_http_mcp(url: str, env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     with log.open("wb") as out:
-        proc = subprocess.Popen(
+        proc = start_child(
             [sys.executable, *_serve_args(url, "--transport", "http", "--port", str(port))],
             env=env,
             stdout=out,

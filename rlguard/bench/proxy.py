@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from rlguard.bench.children import free_port, wait_until_answers
+from rlguard.bench.children import free_port, start_child, wait_until_answers
 from rlguard.bench.gateway import TASK, GatewayUnderTest
 from rlguard.errors import RlguardError
 
@@ -40,7 +40,7 @@ class PolicyUnderTest:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self.log = log.open("wb")
-        self.proc = subprocess.Popen(
+        self.proc = start_child(
             [
                 sys.executable,
                 "-m",
