@@ -9,14 +9,15 @@ from hypothesis import strategies as st
 from store.models import EpisodeStatus
 from store.repository import InterceptFilter, Store
 from store.types import NUL_ESCAPE, escape_nul, unescape_nul
-from tests.store.test_repository import _call, _episode
+from tests.store.test_repository import _episode
+from tests.support.store_rows import tool_call
 
 NASTY = f"x\0y {NUL_ESCAPE}0 {NUL_ESCAPE}e {NUL_ESCAPE} \0\0 end"
 
 
 def test_nul_output_arguments_and_details_are_recorded_exactly(store: Store) -> None:
     _episode(store, "nul")
-    row = _call("nul", 0, action="decoy", category="test_tampering")
+    row = tool_call("nul", 0, action="decoy", category="test_tampering")
     row.arguments = {"path": "f.bin", "content": NASTY, f"k{NUL_ESCAPE}\0": [NASTY, 1]}
     row.normalized = NASTY
     row.reason = NASTY
