@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import pytest
@@ -203,15 +202,9 @@ if __name__ == "__main__":
 
 def test_a_killed_loop_leaves_no_policy_server_or_rollout_process_behind(tmp_path: Path, monkeypatch) -> None:
     """SIGKILL runs no ``finally``: the children must end on their own (the kernel tells them)."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
-    import psutil
-
     from rlguard.settings import get_settings
     from rollout.tinymodel import resolve_model_name
+    from tests.support.killed_parent import parent_running
 
     monkeypatch.setenv("RLGUARD_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("RLGUARD_TRAINER__CRITIC_WARMUP_STEPS", "0")  # every step moves the version
@@ -220,30 +213,11 @@ def test_a_killed_loop_leaves_no_policy_server_or_rollout_process_behind(tmp_pat
         model = resolve_model_name("tiny", get_settings().state_dir)
     finally:
         get_settings.cache_clear()
-    root = Path(__file__).resolve().parents[2]
-    parent = subprocess.Popen(
-        [sys.executable, "-c", _KILLED_PARENT, str(model)],
-        cwd=root,
-        env={**os.environ, "PYTHONPATH": str(root)},
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    children: list[psutil.Process] = []
-    try:
-        assert parent.stdout is not None and parent.stdout.readline().strip() == "ready"
-        children = psutil.Process(parent.pid).children()
-        commands = [" ".join(c.cmdline()) for c in children]
+    with parent_running(_KILLED_PARENT, str(model)) as parent:
+        assert parent.first_line == "ready"
+        commands = parent.commands()
         assert any("policy serve" in c for c in commands) and any("spawn_main" in c for c in commands)
-        os.kill(parent.pid, signal.SIGKILL)
-        parent.wait(timeout=30)
-        _, alive = psutil.wait_procs(children, timeout=30)
-        assert alive == [], [" ".join(p.cmdline()) for p in alive]
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-        for child in children:  # only when the test failed: nothing may outlive it
-            with contextlib.suppress(psutil.Error):
-                child.kill()
+        assert parent.kill(wait_s=30) == []
 
 
 @pytest.mark.docker
