@@ -36,9 +36,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from trainer.advantages import ALGORITHMS, AdvantageBatch, AdvantageConfig
+from trainer.advantages import ALGORITHMS, AdvantageConfig
 from trainer.bench.credit_env import CreditConfig, CreditRollout, legal_actions, play, sample_credit_tasks
-from trainer.bench.learn_bench import GRUNet, critic_values
+from trainer.bench.learn_bench import GRUNet, advantage_batch, critic_values
 from trainer.errors import TrainerError
 from trainer.gae import compute_chained_gae
 from trainer.losses import compute_entropy_bonus, compute_policy_loss, compute_value_loss
@@ -91,22 +91,6 @@ def advantage_config(variant: str, p: CreditParams) -> AdvantageConfig:
     if variant == "ppo_lam095":
         return AdvantageConfig(lam=p.previous_lam, critic_lam=p.critic_lam)
     return AdvantageConfig(lam=p.lam, critic_lam=p.critic_lam)
-
-
-def batch_of(ro: CreditRollout, values: torch.Tensor | None) -> AdvantageBatch:
-    r = ro.rollout
-    rows = r.tokens.shape[0]
-    return AdvantageBatch(
-        token_rewards=place_episode_rewards(r.action_mask, r.row_rewards, r.is_last),
-        action_mask=r.action_mask,
-        episode_ids=r.episode_ids,
-        group_ids=r.group_ids,
-        sub_index=r.sub_index,
-        is_last=r.is_last,
-        truncated=torch.zeros(rows, dtype=torch.bool),
-        values=values,
-        final_values=torch.zeros(rows),
-    )
 
 
 def choice_snr(advantages: torch.Tensor, ro: CreditRollout) -> float:
@@ -194,7 +178,7 @@ def train_variant(
         mask = r.action_mask
         with torch.no_grad():
             old_values = critic_values(critic, r.tokens) * mask if critic else None
-            advantages, returns = estimator(batch_of(ro, old_values), adv_config)
+            advantages, returns = estimator(advantage_batch(r, old_values), adv_config)
             if uses_critic:
                 advantages = masked_whiten(advantages, mask)
         curve.append(float(r.rewards.mean()))

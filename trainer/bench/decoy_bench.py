@@ -43,10 +43,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from torch import nn
 
-from trainer.advantages import AdvantageBatch, AdvantageConfig, gae_estimator
-from trainer.bench.learn_bench import GRUNet, critic_values
+from trainer.advantages import AdvantageConfig, gae_estimator
+from trainer.bench.learn_bench import GRUNet, HyperParams, advantage_batch, critic_values, ppo_epochs
 from trainer.bench.loophole_calls import EVASIVE, MENU, OBVIOUS, real_missing_answer
 from trainer.bench.loophole_env import (
     BLOCKED_TEXT,
@@ -60,9 +59,8 @@ from trainer.bench.loophole_guard import GuardOracle
 from trainer.bench.loophole_tokens import LoopholeConfig, legal_action_mask, tokenize_text
 from trainer.bench.synthetic_env import BOS, PAD, TOOL, TURN, StepPolicy
 from trainer.errors import TrainerError
-from trainer.losses import compute_entropy_bonus, compute_policy_loss, compute_value_loss, explained_variance
+from trainer.losses import explained_variance
 from trainer.masked import masked_whiten
-from trainer.rows import place_episode_rewards
 
 DEFAULT_SEEDS = 3
 DEFAULT_BUDGET = 400_000
@@ -80,6 +78,7 @@ EPISODE_METRICS = (
     "evasive_attempts",
     "success",
 )
+UPDATE_METRICS = ("approx_kl", "entropy", "clip_fraction", "value_loss")  # per step, over its updates
 STEP_METRICS = ("reward_mean", "reward_var", "approx_kl", "entropy", "explained_variance")
 
 
@@ -106,6 +105,27 @@ class DecoyParams:
     evasive_prior: float = 2.0  # evasive variants lowered by this much more (obfuscation is rarer still)
     eval_episodes: int = EVAL_EPISODES
     probe_contexts: int = PROBE_CONTEXTS
+
+    def ppo(self) -> HyperParams:
+        """The PPO update's share of this setting, in the learning benchmark's terms."""
+        return HyperParams(
+            tasks_per_iter=self.tasks_per_iter,
+            group_size=self.group_size,
+            lr=self.lr,
+            epochs=self.epochs,
+            minibatches=self.minibatches,
+            clip_low=self.clip,
+            clip_high=self.clip,
+            clip_ratio_c=self.clip_ratio_c,
+            entropy_coef=self.entropy_coef,
+            vf_coef=self.vf_coef,
+            value_clip=self.value_clip,
+            gamma=self.gamma,
+            lam=self.lam,
+            max_grad_norm=self.max_grad_norm,
+            embed=self.embed,
+            hidden=self.hidden,
+        )
 
 
 @dataclass
@@ -164,19 +184,9 @@ def _advantages(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The trainer's registered ``gae`` estimator on the batch's rows, whitened as PPO uses them."""
     ro = batch.rollout
-    rows = ro.tokens.shape[0]
-    advantage_batch = AdvantageBatch(
-        token_rewards=place_episode_rewards(ro.action_mask, ro.row_rewards, ro.is_last),
-        action_mask=ro.action_mask,
-        episode_ids=ro.episode_ids,
-        group_ids=ro.group_ids,
-        sub_index=ro.sub_index,
-        is_last=ro.is_last,
-        truncated=torch.zeros(rows, dtype=torch.bool),
-        values=values,
-        final_values=torch.zeros(rows),
+    advantages, returns = gae_estimator(
+        advantage_batch(ro, values), AdvantageConfig(params.gamma, params.lam)
     )
-    advantages, returns = gae_estimator(advantage_batch, AdvantageConfig(params.gamma, params.lam))
     return masked_whiten(advantages, ro.action_mask), returns
 
 
@@ -222,8 +232,8 @@ def train_regime(
     generator = torch.Generator().manual_seed(seed)
     actor = new_actor(config, params)
     critic = GRUNet(config.vocab_size, 1, params.embed, params.hidden)
-    parameters = list(actor.parameters()) + list(critic.parameters())
-    optimizer = torch.optim.Adam(parameters, lr=params.lr)
+    optimizer = torch.optim.Adam(list(actor.parameters()) + list(critic.parameters()), lr=params.lr)
+    ppo = params.ppo()
 
     started, cpu_started = time.perf_counter(), time.process_time()
     spent, iteration, curve = 0, 0, []
@@ -238,37 +248,18 @@ def train_regime(
             old_values = critic_values(critic, ro.tokens)
             advantages, returns = _advantages(batch, old_values, params)
 
-        stats: dict[str, list[float]] = {}
-        rows = ro.tokens.shape[0]
-        for _ in range(params.epochs):
-            for chunk in torch.randperm(rows, generator=generator).chunk(params.minibatches):
-                logprobs, logits = score_tokens(actor, ro.tokens[chunk], config)
-                policy = compute_policy_loss(
-                    logprobs,
-                    ro.logprobs[chunk],
-                    advantages[chunk],
-                    mask[chunk],
-                    clip_low=params.clip,
-                    clip_high=params.clip,
-                    clip_ratio_c=params.clip_ratio_c,
-                )
-                entropy = compute_entropy_bonus(logits, mask[chunk])
-                value = compute_value_loss(
-                    critic_values(critic, ro.tokens[chunk]),
-                    old_values[chunk],
-                    returns[chunk],
-                    mask[chunk],
-                    params.value_clip,
-                )
-                loss = policy.loss - params.entropy_coef * entropy + params.vf_coef * value.loss
-                optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(parameters, params.max_grad_norm)
-                optimizer.step()
-                stats.setdefault("approx_kl", []).append(float(policy.approx_kl))
-                stats.setdefault("entropy", []).append(float(entropy.detach()))
-                stats.setdefault("clip_fraction", []).append(float(policy.clip_fraction))
-                stats.setdefault("value_loss", []).append(float(value.loss.detach()))
+        stats = ppo_epochs(
+            actor,
+            critic,
+            optimizer,
+            ro,
+            advantages,
+            returns,
+            old_values,
+            lambda net, tokens: score_tokens(net, tokens, config),
+            ppo,
+            generator,
+        )
 
         record = {
             "run": f"{regime_name}_s{seed}",
@@ -281,7 +272,7 @@ def train_regime(
             "reward_var": float(ro.rewards.var(unbiased=False)),
             "explained_variance": float(explained_variance(old_values, returns, mask)),
             "subtrajectories_per_episode": float(ro.num_subs.float().mean()),
-            **{name: sum(v) / len(v) for name, v in stats.items()},
+            **{name: sum(stats[name]) / len(stats[name]) for name in UPDATE_METRICS},
             **_variant_shares(batch),
         }
         curve.append(

@@ -147,13 +147,12 @@ class RunResult:
     curve: list[dict]
 
 
-def _advantages(
-    algo: str, ro: Rollout, values: torch.Tensor | None, hp: HyperParams
-) -> tuple[torch.Tensor, torch.Tensor]:
-    token_rewards = place_episode_rewards(ro.action_mask, ro.row_rewards, ro.is_last)
+def advantage_batch(ro: Rollout, values: torch.Tensor | None) -> AdvantageBatch:
+    """A synthetic rollout as the trainer's estimators take it: the outcome reward at each episode's
+    last action token, no limit endings, nothing after the last row."""
     rows = ro.tokens.shape[0]
-    batch = AdvantageBatch(
-        token_rewards=token_rewards,
+    return AdvantageBatch(
+        token_rewards=place_episode_rewards(ro.action_mask, ro.row_rewards, ro.is_last),
         action_mask=ro.action_mask,
         episode_ids=ro.episode_ids,
         group_ids=ro.group_ids,
@@ -163,6 +162,64 @@ def _advantages(
         values=values,
         final_values=torch.zeros(rows),
     )
+
+
+def ppo_epochs(
+    actor: GRUNet,
+    critic: GRUNet | None,
+    optimizer: torch.optim.Optimizer,
+    ro: Rollout,
+    advantages: torch.Tensor,
+    returns: torch.Tensor,
+    old_values: torch.Tensor | None,
+    score: Callable[[GRUNet, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    hp: HyperParams,
+    generator: torch.Generator,
+) -> dict[str, list[float]]:
+    """``hp.epochs`` passes of ``hp.minibatches`` clipped updates over the rollout's rows (actor and,
+    when given, critic under one optimiser); the per-update statistics by name. ``score`` gives a
+    row chunk's ``(logprobs, masked logits)`` under the benchmark's action space."""
+    parameters = [p for group in optimizer.param_groups for p in group["params"]]
+    mask = ro.action_mask
+    stats: dict[str, list[float]] = {}
+    rows = ro.tokens.shape[0]
+    for _ in range(hp.epochs):
+        for chunk in torch.randperm(rows, generator=generator).chunk(hp.minibatches):
+            logprobs, logits = score(actor, ro.tokens[chunk])
+            policy = compute_policy_loss(
+                logprobs,
+                ro.logprobs[chunk],
+                advantages[chunk],
+                mask[chunk],
+                clip_low=hp.clip_low,
+                clip_high=hp.clip_high,
+                clip_ratio_c=hp.clip_ratio_c,
+            )
+            entropy = compute_entropy_bonus(logits, mask[chunk])
+            loss = policy.loss - hp.entropy_coef * entropy
+            if critic is not None and old_values is not None:
+                values = critic_values(critic, ro.tokens[chunk])
+                value = compute_value_loss(
+                    values, old_values[chunk], returns[chunk], mask[chunk], hp.value_clip
+                )
+                loss = loss + hp.vf_coef * value.loss
+                stats.setdefault("value_loss", []).append(float(value.loss.detach()))
+            optimizer.zero_grad()
+            loss.backward()
+            grad_norm = nn.utils.clip_grad_norm_(parameters, hp.max_grad_norm)
+            optimizer.step()
+            stats.setdefault("policy_loss", []).append(float(policy.loss.detach()))
+            stats.setdefault("entropy", []).append(float(entropy.detach()))
+            stats.setdefault("clip_fraction", []).append(float(policy.clip_fraction))
+            stats.setdefault("approx_kl", []).append(float(policy.approx_kl))
+            stats.setdefault("grad_norm", []).append(float(grad_norm))
+    return stats
+
+
+def _advantages(
+    algo: str, ro: Rollout, values: torch.Tensor | None, hp: HyperParams
+) -> tuple[torch.Tensor, torch.Tensor]:
+    batch = advantage_batch(ro, values)
     config = AdvantageConfig(
         hp.gamma,
         hp.lam,
@@ -235,39 +292,18 @@ def train_policy(
             old_values = critic_values(critic, ro.tokens) if critic else None
             advantages, returns = _advantages(algo, ro, old_values, hp)
 
-        stats: dict[str, list[float]] = {}
-        rows = ro.tokens.shape[0]
-        for _ in range(hp.epochs):
-            order = torch.randperm(rows, generator=generator)
-            for chunk in order.chunk(hp.minibatches):
-                logprobs, logits = score_tokens(actor, ro.tokens[chunk], config)
-                policy = compute_policy_loss(
-                    logprobs,
-                    ro.logprobs[chunk],
-                    advantages[chunk],
-                    mask[chunk],
-                    clip_low=hp.clip_low,
-                    clip_high=hp.clip_high,
-                    clip_ratio_c=hp.clip_ratio_c,
-                )
-                entropy = compute_entropy_bonus(logits, mask[chunk])
-                loss = policy.loss - hp.entropy_coef * entropy
-                if critic is not None:
-                    values = critic_values(critic, ro.tokens[chunk])
-                    value = compute_value_loss(
-                        values, old_values[chunk], returns[chunk], mask[chunk], hp.value_clip
-                    )
-                    loss = loss + hp.vf_coef * value.loss
-                    stats.setdefault("value_loss", []).append(float(value.loss.detach()))
-                optimizer.zero_grad()
-                loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(params, hp.max_grad_norm)
-                optimizer.step()
-                stats.setdefault("policy_loss", []).append(float(policy.loss.detach()))
-                stats.setdefault("entropy", []).append(float(entropy.detach()))
-                stats.setdefault("clip_fraction", []).append(float(policy.clip_fraction))
-                stats.setdefault("approx_kl", []).append(float(policy.approx_kl))
-                stats.setdefault("grad_norm", []).append(float(grad_norm))
+        stats = ppo_epochs(
+            actor,
+            critic,
+            optimizer,
+            ro,
+            advantages,
+            returns,
+            old_values,
+            lambda net, tokens: score_tokens(net, tokens, config),
+            hp,
+            generator,
+        )
 
         record = {
             "run": f"{algo}_{horizon}_s{seed}",
