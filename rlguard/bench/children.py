@@ -8,9 +8,10 @@ import functools
 import os
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 
@@ -23,6 +24,18 @@ def start_child(args: list[str], **popen: Any) -> subprocess.Popen[bytes]:
     by a signal runs no ``finally``, and its gateway (with its sandboxes) and policy server would
     otherwise live on. Call it from the main thread (the kernel ties the signal to the thread)."""
     return subprocess.Popen(args, preexec_fn=functools.partial(die_with_parent, os.getpid()), **popen)
+
+
+def start_gateway(port: int, env: dict[str, str], log: IO[bytes]) -> subprocess.Popen[bytes]:
+    """``rlguard serve`` on loopback ``port`` as a benchmark's child, in its own session (so a fault
+    run can kill its whole group), output to ``log``."""
+    return start_child(
+        [sys.executable, "-m", "rlguard", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def free_port() -> int:

@@ -15,14 +15,13 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from rlguard.bench.children import free_port, start_child, wait_until_answers
+from rlguard.bench.children import free_port, start_gateway, wait_until_answers
 from rlguard.errors import RlguardError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,13 +141,7 @@ class ServeProcess:
         }
         self.log_path = state / f"gateway-{self.port}.log"
         self._log = self.log_path.open("wb")
-        self.proc = start_child(
-            [sys.executable, "-m", "rlguard", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-            env=full_env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        self.proc = start_gateway(self.port, full_env, self._log)
         try:
             wait_until_answers(self.proc, f"{self.url}/healthz", "gateway", self.log_path, START_TIMEOUT_S)
         except RlguardError:

@@ -15,7 +15,6 @@ import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 import httpx
 import uvloop
 
-from rlguard.bench.children import free_port, start_child, wait_until_answers
+from rlguard.bench.children import free_port, start_gateway, wait_until_answers
 from rlguard.errors import RlguardError
 
 TASK = "builtin/matrix-transpose"
@@ -55,13 +54,7 @@ class GatewayUnderTest:
             **(extra_env or {}),
         }
         self.log = (state / "gateway.log").open("wb")
-        self.proc = start_child(
-            [sys.executable, "-m", "rlguard", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        self.proc = start_gateway(self.port, env, self.log)
         try:
             wait_until_answers(self.proc, f"{self.url}/healthz", "gateway", state / "gateway.log")
         except RlguardError:
