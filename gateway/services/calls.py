@@ -13,7 +13,6 @@ import contextlib
 import logging
 import shlex
 import time
-from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from contract.calls import AnyCall, BashCall, ToolAnswer, ToolCall
@@ -22,6 +21,7 @@ from gateway.core.recorder import CallRecorder
 from gateway.services.live import LiveEpisode, call_class
 from gateway.services.tool_runner import run_tool
 from guard.context import EpisodeState
+from guard.pipeline import Probe
 from guard.types import Action, Category, GuardContext, GuardDecision, Stage, Verdict
 from sandbox.base import SandboxError
 from store.models import ToolCallRow, utcnow
@@ -30,8 +30,6 @@ log = logging.getLogger("gateway.calls")
 
 PROBE_OUTPUT_CAP = 16 * 1024
 MAX_DECOY_PACING_MS = 2000.0
-
-Probe = Callable[[str], Awaitable[ToolAnswer]]
 
 
 class GuardLike(Protocol):
