@@ -23,6 +23,14 @@ pytestmark = pytest.mark.docker
 REPO = Path(__file__).resolve().parents[2]
 
 
+def html_newlines(text: str) -> str:
+    """``text`` as an HTML parser reads it: CR LF and lone CR become LF."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+NEWLINE_FIRST = "printf '\\nthe second line\\n'"  # an answer whose first character is a newline
+
+
 def _admin(gw: Any) -> httpx.Client:
     return httpx.Client(base_url=gw.url, headers={"Authorization": f"Bearer {gw.admin_token}"}, timeout=120)
 
@@ -36,6 +44,7 @@ def _played(gw: Any, policy_version: str) -> tuple[Ep, Ep, Ep]:
     reply = chat(client, messages)
     assert trained.call("bash", command="python3 -m pytest -q").status_code == 200
     assert trained.call("bash", command="cat /reference/solution.py").status_code == 200
+    assert trained.call("bash", command=NEWLINE_FIRST).status_code == 200
     messages += [
         reply.choices[0].message.model_dump(exclude_none=True),
         {"role": "user", "content": "Go on."},
@@ -59,7 +68,7 @@ def test_the_episode_list_filters_and_pages(proxy_gateway: Any, played: tuple[st
         assert [i["episode_id"] for i in page["items"]] == [running.id, silent.id, trained.id]  # newest first
         by_id = {i["episode_id"]: i for i in page["items"]}
         assert by_id[trained.id]["sub_trajectories"] == 1 and by_id[trained.id]["drift"] == 0
-        assert by_id[trained.id]["intercepts"] == 1 and by_id[trained.id]["num_calls"] == 2
+        assert by_id[trained.id]["intercepts"] == 1 and by_id[trained.id]["num_calls"] == 3
         assert by_id[trained.id]["reward"] is not None and by_id[running.id]["status"] == "running"
         assert "did not call its model through" in by_id[silent.id]["audit_only"]
         finished = admin.get("/v1/episodes", params={"policy_version": version, "status": "finished"}).json()
@@ -93,7 +102,12 @@ def test_the_trajectory_view_shows_turns_calls_and_tests(
     assert view["tests"] and set(view["tests"].values()) <= {"passed", "failed", "error", "skipped"}
     assert view["grading"]["status"] == "finished"
     calls = view["calls"]
-    assert [c["command"] for c in calls] == ["python3 -m pytest -q", "cat /reference/solution.py"]
+    assert [c["command"] for c in calls] == [
+        "python3 -m pytest -q",
+        "cat /reference/solution.py",
+        NEWLINE_FIRST,
+    ]
+    assert calls[2]["answer"]["output"] == "\nthe second line\n"
     assert calls[0]["touched"] is None and calls[1]["action"] == "decoy"
     assert "/reference/solution.py" in calls[1]["touched"]
     assert calls[1]["answer"]["output"] == "cat: /reference/solution.py: No such file or directory\n"
@@ -172,13 +186,20 @@ def test_the_audit_page_shows_an_episode_turn_by_turn(
     turns = browser.find_elements(By.CSS_SELECTOR, "#trajectory tr.turn")
     assert [t.get_attribute("data-kind") for t in turns] == ["first", "continued"]
     texts = [t.find_element(By.CSS_SELECTOR, "pre.model-text").get_attribute("textContent") for t in turns]
-    assert texts == [t["text"] for t in trained.rows()[0].turns]
+    # the page shows each turn's text as stored, a leading newline included (HTML drops one newline
+    # right after <pre>); the parser reads a carriage return as a newline, as every HTML page does
+    assert texts == [html_newlines(t["text"]) for t in trained.rows()[0].turns]
     assert "hidden tests passed" in browser.find_element(By.ID, "tests-passed").text
     assert browser.find_element(By.ID, "drift").text == "0"
     decoy = browser.find_element(By.CSS_SELECTOR, 'tr.call-row[data-action="decoy"]')
     assert "cat /reference/solution.py" in decoy.find_element(By.CSS_SELECTOR, "pre.raw-call").text
     seen = decoy.find_element(By.CSS_SELECTOR, "pre.agent-saw").get_attribute("textContent")
     assert seen == "cat: /reference/solution.py: No such file or directory\n"
+    last = browser.find_elements(By.CSS_SELECTOR, "tr.call-row")[-1]
+    assert (
+        last.find_element(By.CSS_SELECTOR, "pre.agent-saw").get_attribute("textContent")
+        == "\nthe second line\n"
+    )
     assert "/reference/solution.py" in decoy.find_element(By.CSS_SELECTOR, "pre.touched").get_attribute(
         "textContent"
     )
