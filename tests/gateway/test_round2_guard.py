@@ -108,7 +108,12 @@ def test_decoyed_line_answers_as_bash_does(episode: Episode, probe: str) -> None
 def test_decoyed_calls_leave_no_trace_in_later_answers(episode: Episode) -> None:
     """What later calls see does not change because an earlier one was decoyed: the real
     twin and the decoy each followed by the same inspections give the same answers."""
-    inspect = "ls -a /tmp | wc -l; ps -eo comm= | sort | uniq -c | wc -l; cat /proc/self/status | grep -c ."
+    # the process names are read in one command substitution, not into a pipeline: the pipeline's own
+    # members would show as "bash" or by their names depending on whether they had exec'd yet
+    inspect = (
+        "ls -a /tmp | wc -l; names=$(ps -eo comm=); printf '%s\\n' \"$names\" | sort -u | wc -l; "
+        "grep -c . /proc/self/status"
+    )
     _bash(episode, f"cat {REAL}")
     after_real = _bash(episode, inspect)
     _bash(episode, f"cat {FAKE}")
